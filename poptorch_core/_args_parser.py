@@ -1,0 +1,117 @@
+"""Custom argument parsers: how user types are flattened into tensors.
+
+PopTorch accepts nested tuples, lists and dicts of tensors as model inputs
+and outputs. Any other type can take part once a parser for it is registered:
+
+Example::
+
+    >>> class PairParser(poptorch.ICustomArgParser):
+    ...     def yieldTensors(self, pair):
+    ...         yield pair.a
+    ...         yield pair.b
+    ...     def reconstruct(self, original, tensor_iterator):
+    ...         return Pair(next(tensor_iterator), next(tensor_iterator))
+    >>> poptorch.registerCustomArgParser(Pair, PairParser())
+"""
+import abc
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Type
+
+import torch
+
+from .errors import createPoptorchError
+
+__all__ = ["ICustomArgParser", "registerCustomArgParser"]
+
+
+class ICustomArgParser(abc.ABC):
+    """Interface of a parser for a user type passed to or returned by a
+    model."""
+
+    @abc.abstractmethod
+    def yieldTensors(self, struct: Any) -> Iterable[torch.Tensor]:
+        """Yields the tensors of ``struct`` in a fixed order."""
+
+    @abc.abstractmethod
+    def reconstruct(self, original_structure: Any,
+                    tensor_iterator: Iterator[torch.Tensor]) -> Any:
+        """Builds an object like ``original_structure`` whose tensors are
+        taken, in ``yieldTensors`` order, from ``tensor_iterator``."""
+
+
+_parsers: Dict[Type, ICustomArgParser] = {}
+
+
+def registerCustomArgParser(data_type: Type,
+                            arg_parser: Optional[ICustomArgParser]) -> None:
+    """Registers ``arg_parser`` for ``data_type``; ``None`` unregisters it."""
+    if arg_parser is None:
+        _parsers.pop(data_type, None)
+        return
+    if not isinstance(arg_parser, ICustomArgParser):
+        raise createPoptorchError(
+            "arg_parser must inherit from ICustomArgParser")
+    _parsers[data_type] = arg_parser
+
+
+def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
+    """The parser for ``value``: exact type first, then ``isinstance``."""
+    parser = _parsers.get(type(value))
+    if parser is not None:
+        return parser
+    for data_type, candidate in _parsers.items():
+        if isinstance(value, data_type):
+            return candidate
+    return None
+
+
+def flattenTensors(struct: Any) -> List[torch.Tensor]:
+    """Every tensor leaf of ``struct`` in depth-first order.
+
+    Tuples, lists, dicts (in key order) and types with a registered parser are
+    walked; other leaves are skipped.
+    """
+    out: List[torch.Tensor] = []
+    _flatten_into(struct, out)
+    return out
+
+
+def _flatten_into(struct: Any, out: List[torch.Tensor]) -> None:
+    if isinstance(struct, torch.Tensor):
+        out.append(struct)
+        return
+    parser = getCustomParser(struct)
+    if parser is not None:
+        out.extend(parser.yieldTensors(struct))
+    elif isinstance(struct, (tuple, list)):
+        for item in struct:
+            _flatten_into(item, out)
+    elif isinstance(struct, dict):
+        for item in struct.values():
+            _flatten_into(item, out)
+
+
+def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor]) -> Any:
+    """Inverse of :func:`flattenTensors`: ``struct`` with each tensor leaf
+    replaced by the next tensor of ``tensors``. Non-tensor leaves are kept,
+    container types (namedtuple, OrderedDict subclasses) are preserved."""
+    if isinstance(struct, torch.Tensor):
+        return next(tensors)
+    parser = getCustomParser(struct)
+    if parser is not None:
+        return parser.reconstruct(struct, tensors)
+    if isinstance(struct, tuple):
+        items = [rebuildStructure(item, tensors) for item in struct]
+        if hasattr(struct, "_fields"):  # namedtuple
+            return type(struct)(*items)
+        return type(struct)(items) if type(struct) is not tuple else tuple(items)
+    if isinstance(struct, list):
+        items = [rebuildStructure(item, tensors) for item in struct]
+        return items if type(struct) is list else type(struct)(items)
+    if isinstance(struct, dict):
+        rebuilt = {k: rebuildStructure(v, tensors) for k, v in struct.items()}
+        if type(struct) is dict:
+            return rebuilt
+        out = type(struct)()
+        out.update(rebuilt)
+        return out
+    return struct

@@ -1,0 +1,109 @@
+"""Process-wide tracing state shared by the tracer, the ops and user models.
+
+Invariant: ``isRunningOnIpu()`` is True only inside :func:`_ipu_tracing`,
+which the tracer enters for the single forward pass it captures. Plain CPU
+calls of a model, model construction and graph execution all see False.
+"""
+import collections
+import contextlib
+from typing import Callable, Dict, Iterator, List, Type
+
+from torch.utils.hooks import RemovableHandle
+
+from .errors import Error, createPoptorchError
+
+__all__ = ["isRunningOnIpu", "createPoptorchError", "registerPreCompileHook",
+           "registerPostCompileHook", "_OverwriteContextManager"]
+
+_running_on_ipu = False
+_pre_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
+_post_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
+
+
+def isRunningOnIpu() -> bool:
+    """True while PopTorch traces a model for the IPU, False otherwise.
+
+    Example::
+
+        >>> class Model(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         if poptorch.isRunningOnIpu():
+        ...             return x * 2   # IPU-specific path
+        ...         return x
+    """
+    return _running_on_ipu
+
+
+@contextlib.contextmanager
+def _ipu_tracing() -> Iterator[None]:
+    global _running_on_ipu
+    previous = _running_on_ipu
+    _running_on_ipu = True
+    try:
+        yield
+    finally:
+        _running_on_ipu = previous
+
+
+def _register_hook(hooks: Dict[int, Callable], hook: Callable,
+                   kind: str) -> RemovableHandle:
+    if not callable(hook):
+        raise RuntimeError(f"{kind}-compile hook must be callable")
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def registerPreCompileHook(hook: Callable) -> RemovableHandle:
+    """Registers ``hook()`` to run just before each model is traced.
+
+    Returns a handle whose ``remove()`` unregisters the hook.
+    """
+    return _register_hook(_pre_compile_hooks, hook, "Pre")
+
+
+def registerPostCompileHook(hook: Callable) -> RemovableHandle:
+    """Registers ``hook()`` to run after each model is traced (also when
+    tracing fails). Returns a handle whose ``remove()`` unregisters it."""
+    return _register_hook(_post_compile_hooks, hook, "Post")
+
+
+def _run_pre_compile_hooks() -> None:
+    for hook in list(_pre_compile_hooks.values()):
+        hook()
+
+
+def _run_post_compile_hooks() -> None:
+    for hook in list(_post_compile_hooks.values()):
+        hook()
+
+
+class _OverwriteContextManager:
+    """Enters every registered substitution manager while a model is traced.
+
+    ``poptorch_geometric`` registers its PyG op substitutions here so that
+    every PopTorch compile sees fixed-shape versions of dynamic PyG ops.
+    """
+    _subsitution_manager_types: List[Type] = []
+
+    @classmethod
+    def registerSubsitutionManager(cls, manager_type: Type) -> None:
+        if manager_type not in cls._subsitution_manager_types:
+            cls._subsitution_manager_types.append(manager_type)
+
+    def __init__(self):
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        self._stack.__enter__()
+        for manager_type in self._subsitution_manager_types:
+            self._stack.enter_context(manager_type())
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+def _cpp_error(msg: str) -> Error:
+    """An :class:`Error` of the simulated backend (PopTorch's "CErr")."""
+    return Error(msg)

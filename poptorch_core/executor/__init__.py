@@ -1,0 +1,2 @@
+"""Under construction."""
+__all__ = []
