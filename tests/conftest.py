@@ -1,0 +1,28 @@
+"""Shared fixtures: deterministic seeds and offline copies of the shared data."""
+import os
+import pathlib
+import shutil
+
+import pytest
+import torch
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = pathlib.Path(
+    os.environ.get("POPTORCH_SIM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def cora_root(tmp_path):
+    """A Planetoid root holding a copy of the Cora raw files (no download)."""
+    raw = SHARED_DATA / "Cora" / "raw"
+    if not raw.is_dir():
+        pytest.skip(f"Cora raw files not found at {raw} (set POPTORCH_SIM_SHARED_DATA)")
+    dest = tmp_path / "Cora" / "raw"
+    shutil.copytree(raw, dest)
+    return tmp_path
