@@ -16,6 +16,7 @@ __all__ = ["isRunningOnIpu", "createPoptorchError", "registerPreCompileHook",
            "registerPostCompileHook", "_OverwriteContextManager"]
 
 _running_on_ipu = False
+_tracing_training = False
 _pre_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 _post_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 
@@ -34,15 +35,21 @@ def isRunningOnIpu() -> bool:
     return _running_on_ipu
 
 
+def _is_tracing_training() -> bool:
+    """True while the model being traced is a training model (ops such as
+    ``for_loop`` and ``cond`` are inference-only)."""
+    return _running_on_ipu and _tracing_training
+
+
 @contextlib.contextmanager
-def _ipu_tracing() -> Iterator[None]:
-    global _running_on_ipu
-    previous = _running_on_ipu
-    _running_on_ipu = True
+def _ipu_tracing(training: bool = False) -> Iterator[None]:
+    global _running_on_ipu, _tracing_training
+    previous = (_running_on_ipu, _tracing_training)
+    _running_on_ipu, _tracing_training = True, training
     try:
         yield
     finally:
-        _running_on_ipu = previous
+        _running_on_ipu, _tracing_training = previous
 
 
 def _register_hook(hooks: Dict[int, Callable], hook: Callable,
