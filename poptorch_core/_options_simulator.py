@@ -1,0 +1,94 @@
+"""``Options.Simulator``: settings of the simulated IPU itself.
+
+These have no PopTorch counterpart, so they live in their own namespace and
+are serialised under ``simulator.*`` keys that cannot collide with PopTorch
+or PopART option names.
+
+Example::
+
+    >>> opts = poptorch.Options()
+    >>> opts.Simulator.backend("compile").ipuVersion(21)
+    >>> opts.Simulator.execution_backend, opts.Simulator.ipu_version
+    ('compile', 21)
+"""
+from typing import Any, Dict, Tuple
+
+import torch
+
+from ._options_dict import OptionsDict
+
+__all__ = []
+
+#: Execution backends of the simulator: ``interpret`` runs the traced graph
+#: as is, ``compile`` runs it through ``torch.compile`` once per executable.
+BACKENDS: Tuple[str, ...] = ("interpret", "compile")
+#: Host devices the simulated IPU computes on.
+HOST_DEVICES: Tuple[str, ...] = ("cpu", "cuda")
+#: IPU generations: 1 (Mk1), 2 (Mk2) and 21 (Bow).
+IPU_VERSIONS: Tuple[int, ...] = (1, 2, 21)
+
+#: Prefix of the Simulator keys in ``Options.toDict()``.
+KEY_PREFIX = "simulator."
+
+
+def check_ipu_version(version: Any, what: str = "ipu_version") -> None:
+    """Raises ``ValueError`` unless ``version`` is a known IPU version."""
+    if isinstance(version, bool) or version not in IPU_VERSIONS:
+        raise ValueError(f"Invalid {what} {version!r}: valid IPU versions "
+                         f"are {', '.join(map(str, IPU_VERSIONS))} "
+                         "(21 is Bow)")
+
+
+def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"Invalid Simulator {option} {value!r}: valid "
+                         f"values are {', '.join(map(repr, valid))}")
+
+
+class _SimulatorOptions(OptionsDict):
+    """Simulator settings: execution backend, host device and IPU version.
+
+    - ``execution_backend``: ``"interpret"`` (default) or ``"compile"``;
+    - ``host_device``: ``"cpu"`` (default) or ``"cuda"``;
+    - ``ipu_version``: 2 (default), 1 or 21 (Bow); drives the simulated
+      device model (memory per IPU, throughput).
+
+    Example::
+
+        >>> opts.Simulator.backend("compile").hostDevice("cpu")
+    """
+
+    def __init__(self):
+        super().__init__(execution_backend=BACKENDS[0],
+                         host_device=HOST_DEVICES[0],
+                         ipu_version=2)
+
+    def _checkValue(self, option: str, value: Any) -> None:
+        if option == "execution_backend":
+            _check_choice("backend", value, BACKENDS)
+        elif option == "host_device":
+            _check_choice("host device", value, HOST_DEVICES)
+            if value == "cuda" and not torch.cuda.is_available():
+                raise ValueError(
+                    "Simulator.hostDevice('cuda') needs a CUDA device, but "
+                    "torch.cuda.is_available() is False: run on a machine "
+                    "with a GPU and a CUDA build of torch, or use "
+                    "Simulator.hostDevice('cpu')")
+        elif option == "ipu_version":
+            check_ipu_version(value)
+
+    def backend(self, name: str) -> "_SimulatorOptions":
+        """Execution backend: ``"interpret"`` or ``"compile"``."""
+        return self.set(execution_backend=name)
+
+    def hostDevice(self, device: str) -> "_SimulatorOptions":
+        """Host device the simulated IPU computes on: ``"cpu"`` or
+        ``"cuda"``."""
+        return self.set(host_device=device)
+
+    def ipuVersion(self, version: int) -> "_SimulatorOptions":
+        """Simulated IPU generation: 1, 2 or 21 (Bow)."""
+        return self.set(ipu_version=version)
+
+    def _serialised(self) -> Dict[str, Any]:
+        return {KEY_PREFIX + k: v for k, v in self._values.items()}

@@ -1,0 +1,361 @@
+"""The PopTorch sub-namespaces of ``poptorch.Options``.
+
+``Options.Training``, ``.Precision``, ``.TensorLocations`` (with
+:class:`TensorLocationSettings`), ``.Distributed`` and ``.Jit``. Every setter
+returns its namespace so that calls chain.
+
+Example::
+
+    >>> opts = poptorch.Options()
+    >>> opts.Training.gradientAccumulation(4) \\
+    ...     .accumulationAndReplicationReductionType(poptorch.ReductionType.Sum)
+    >>> opts.Training.gradient_accumulation
+    4
+"""
+import os
+from typing import Any, Optional, Tuple, Type, Union
+
+import torch
+
+from . import enums
+from ._logging import logger
+from ._options_dict import OptionsDict, _PopartOptions
+
+__all__ = ["TensorLocationSettings"]
+
+
+def _assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
+                 what: str) -> None:
+    """Asserts ``value`` has the ``expected`` type (bools are not ints)."""
+    types = expected if isinstance(expected, tuple) else (expected, )
+    ok = isinstance(value, types) and not (isinstance(value, bool)
+                                           and bool not in types)
+    names = " or ".join(t.__name__ for t in types)
+    assert ok, f"{what} must be of type {names} (got {type(value).__name__})"
+
+
+def _check_positive(option: str, value: Any) -> None:
+    if value < 1:
+        raise ValueError(f"{option} must be a positive integer (got {value})")
+
+
+class _TrainingOptions(OptionsDict):
+    """Options specific to ``poptorch.trainingModel``.
+
+    Example::
+
+        >>> opts.Training.gradientAccumulation(8)
+    """
+
+    def __init__(self, popart_options: _PopartOptions):
+        self._popart_options = popart_options
+        super().__init__(
+            gradient_accumulation=1,
+            accumulation_and_replication_reduction_type=enums.ReductionType.
+            Mean,
+            meanAccumulationAndReplicationReductionStrategy=enums.
+            MeanReductionStrategy.Post)
+
+    def _checkValue(self, option: str, value: Any) -> None:
+        if option == "gradient_accumulation":
+            _check_positive(option, value)
+
+    def gradientAccumulation(self,
+                             gradient_accumulation: int) -> "_TrainingOptions":
+        """Number of micro-batches whose gradients are accumulated before
+        each weight update (must stay 1 for inference models)."""
+        return self.set(gradient_accumulation=gradient_accumulation)
+
+    def accumulationAndReplicationReductionType(
+            self, reduction_type: enums.ReductionType) -> "_TrainingOptions":
+        """Whether gradients are summed or averaged over accumulation steps
+        and replicas (``ReductionType.Mean`` or ``ReductionType.Sum``)."""
+        if (not isinstance(reduction_type, enums.ReductionType)
+                or reduction_type == enums.ReductionType.NoReduction):
+            raise ValueError(
+                "accumulationAndReplicationReductionType must be set to "
+                "poptorch.ReductionType.Mean or poptorch.ReductionType.Sum")
+        return self.set(
+            accumulation_and_replication_reduction_type=reduction_type)
+
+    def setMeanAccumulationAndReplicationReductionStrategy(
+            self, mean_reduction_strategy: enums.MeanReductionStrategy
+    ) -> "_TrainingOptions":
+        """When a Mean reduction divides: ``Running`` or ``Post``
+        (``PostAndLoss`` is deprecated). Only affects numerics."""
+        _assert_type(mean_reduction_strategy, enums.MeanReductionStrategy,
+                     "mean_reduction_strategy")
+        return self.set(meanAccumulationAndReplicationReductionStrategy=
+                        mean_reduction_strategy)
+
+    def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":
+        """Enables automatic loss scaling (backend metadata)."""
+        _assert_type(enabled, bool, "enabled")
+        self._popart_options.set("automaticLossScalingSettings.enabled",
+                                 enabled)
+        return self
+
+    def setConvolutionDithering(self, enabled: bool) -> "_TrainingOptions":
+        """Enables convolution dithering (backend metadata)."""
+        _assert_type(enabled, bool, "enabled")
+        _merge_convolution_option(self._popart_options, "enableConvDithering",
+                                  enabled)
+        return self
+
+
+def _merge_convolution_option(popart: _PopartOptions, key: str,
+                              value: Any) -> None:
+    # Upstream replaces the whole dict, so dithering and the partials type
+    # overwrite each other; both are kept here.
+    conv = dict(popart.options.get("convolutionOptions", {}))
+    conv[key] = value
+    popart.set("convolutionOptions", conv)
+
+
+class _PrecisionOptions(OptionsDict):
+    """Numerical precision options (metadata on the simulator, which
+    computes in the model's own dtypes).
+
+    Example::
+
+        >>> opts.Precision.setPartialsType(torch.half)
+    """
+
+    def __init__(self, popart_options: _PopartOptions):
+        self._popart_options = popart_options
+        super().__init__()
+
+    def halfFloatCasting(self, half_float_casting: Any) -> "_PrecisionOptions":
+        """Deprecated: only warns."""
+        del half_float_casting
+        logger.warning("Precision.halfFloatCasting() is deprecated and has "
+                       "no effect: half/float casting follows PyTorch's "
+                       "type promotion rules.")
+        return self
+
+    def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":
+        """Deprecated: only warns (after checking ``value`` is a bool)."""
+        logger.warning("Precision.runningStatisticsAlwaysFloat() is "
+                       "deprecated and has no effect.")
+        if not isinstance(value, bool):
+            raise ValueError(
+                "runningStatisticsAlwaysFloat needs to be set to a bool")
+        return self
+
+    def enableFloatingPointExceptions(self,
+                                      enabled: bool) -> "_PrecisionOptions":
+        """Raise on floating point errors on hardware (metadata here)."""
+        _assert_type(enabled, bool, "enabled")
+        self._popart_options.set("enableFloatingPointChecks", enabled)
+        return self
+
+    def enableStochasticRounding(self, enabled: bool) -> "_PrecisionOptions":
+        """Stochastic rounding of half values on hardware (metadata here)."""
+        _assert_type(enabled, bool, "enabled")
+        self._popart_options.set("enableStochasticRounding", enabled)
+        return self
+
+    def setPartialsType(self, dtype: torch.dtype) -> "_PrecisionOptions":
+        """Accumulator type of matmuls and convolutions: ``torch.float`` or
+        ``torch.half``."""
+        if dtype == torch.float:
+            type_str = "float"
+        elif dtype == torch.half:
+            type_str = "half"
+        else:
+            # Upstream's message really lacks the space in "eithertorch".
+            raise ValueError("parameter to setPartialsType should be either"
+                             "torch.float or torch.half")
+        self._popart_options.set("partialsTypeMatMuls", type_str)
+        _merge_convolution_option(self._popart_options, "partialsType",
+                                  type_str)
+        return self
+
+
+class TensorLocationSettings(OptionsDict):
+    """Where one class of tensors (activations, weights, optimizer state,
+    accumulators) lives. Metadata only on the simulator.
+
+    Example::
+
+        >>> settings = poptorch.TensorLocationSettings() \\
+        ...     .useOnChipStorage(False).minElementsForOffChip(128)
+        >>> opts.TensorLocations.setWeightLocation(settings)
+    """
+
+    def __init__(self):
+        super().__init__()
+
+    def minElementsForOffChip(self,
+                              min_elements: int) -> "TensorLocationSettings":
+        """Tensors with fewer elements always stay on chip."""
+        _assert_type(min_elements, int, "min_elements")
+        assert min_elements >= 0, "min_elements must be >= 0"
+        return self.createOrSet(minElementsForOffChip=min_elements)
+
+    def minElementsForReplicatedTensorSharding(
+            self, min_elements: int) -> "TensorLocationSettings":
+        """Tensors with fewer elements are never sharded across replicas."""
+        _assert_type(min_elements, int, "min_elements")
+        assert min_elements >= 0, "min_elements must be >= 0"
+        return self.createOrSet(
+            minElementsForReplicatedTensorSharding=min_elements)
+
+    def useOnChipStorage(self,
+                         use: Optional[bool] = True) -> "TensorLocationSettings":
+        """On-chip (True) or streaming-memory (False) storage; ``None``
+        restores the default."""
+        if use is None:
+            return self.deleteIfExists("onChip")
+        _assert_type(use, bool, "use")
+        return self.createOrSet(onChip=int(use))
+
+    def useReplicatedTensorSharding(
+            self, use: bool = True) -> "TensorLocationSettings":
+        """Shard these tensors across replicas."""
+        _assert_type(use, bool, "use")
+        return self.createOrSet(useReplicatedTensorSharding=int(use))
+
+    def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":
+        """Load these tensors through the IO tiles."""
+        _assert_type(use, bool, "use")
+        return self.createOrSet(useIOTilesToLoad=int(use))
+
+    def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":
+        """Store these tensors through the IO tiles."""
+        _assert_type(use, bool, "use")
+        return self.createOrSet(useIOTilesToStore=int(use))
+
+
+class _TensorLocationOptions(OptionsDict):
+    """Tensor placement options (metadata only on the simulator).
+
+    Example::
+
+        >>> opts.TensorLocations.numIOTiles(32)
+    """
+
+    def __init__(self):
+        super().__init__()
+
+    def numIOTiles(self, num_tiles: int) -> "_TensorLocationOptions":
+        """Number of tiles reserved for IO: even, between 32 and 192."""
+        _assert_type(num_tiles, int, "num_tiles")
+        assert 32 <= num_tiles <= 192 and num_tiles % 2 == 0, \
+            "numIOTiles must be an even number between 32 and 192."
+        return self.createOrSet(numIOTiles=num_tiles)
+
+    def _setLocation(self, key: str, location: TensorLocationSettings
+                     ) -> "_TensorLocationOptions":
+        assert isinstance(location, TensorLocationSettings), (
+            f"location must be a poptorch.TensorLocationSettings (got "
+            f"{type(location).__name__})")
+        return self.createOrSet(**{key: location.toDict()})
+
+    def setActivationLocation(self, location: TensorLocationSettings
+                              ) -> "_TensorLocationOptions":
+        """Placement of activations."""
+        return self._setLocation("location_activation", location)
+
+    def setWeightLocation(self, location: TensorLocationSettings
+                          ) -> "_TensorLocationOptions":
+        """Placement of weights."""
+        return self._setLocation("location_weight", location)
+
+    def setOptimizerLocation(self, location: TensorLocationSettings
+                             ) -> "_TensorLocationOptions":
+        """Placement of optimizer state."""
+        return self._setLocation("location_optimizer", location)
+
+    def setAccumulatorLocation(self, location: TensorLocationSettings
+                               ) -> "_TensorLocationOptions":
+        """Placement of gradient accumulators."""
+        return self._setLocation("location_accumulator", location)
+
+
+def _int_from_env(var: str, default: int) -> int:
+    text = os.environ.get(var)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"Environment variable {var}={text!r} must be an "
+                         "integer") from None
+
+
+class _DistributedOptions(OptionsDict):
+    """Multi-process (multi-instance) replication.
+
+    The process id and count come from ``OMPI_COMM_WORLD_RANK`` /
+    ``OMPI_COMM_WORLD_SIZE`` (as set by ``poprun``/``mpirun``) or, when
+    those are unset, from ``RANK`` / ``WORLD_SIZE`` as set by ``torchrun``.
+    ``replicationFactor`` counts the replicas of *this* process.
+
+    Example::
+
+        >>> opts.Distributed.configureProcessId(0, 2).numProcesses
+        2
+    """
+
+    def __init__(self):
+        super().__init__(num_distributed_processes=1,
+                         distributed_process_id=0,
+                         ipuof_configs={})
+        if ("OMPI_COMM_WORLD_SIZE" not in os.environ
+                and "WORLD_SIZE" in os.environ):
+            self.setEnvVarNames("WORLD_SIZE", "RANK")
+        else:
+            self.setEnvVarNames("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+
+    def disable(self) -> "_DistributedOptions":
+        """Back to a single process (id 0)."""
+        return self.configureProcessId(0, 1)
+
+    def setEnvVarNames(self, var_num_processes: str,
+                       var_process_id: str) -> "_DistributedOptions":
+        """Reads the process count and id from these environment variables
+        (1 and 0 when they are unset)."""
+        return self.configureProcessId(_int_from_env(var_process_id, 0),
+                                       _int_from_env(var_num_processes, 1))
+
+    def configureProcessId(self, process_id: int,
+                           num_processes: int) -> "_DistributedOptions":
+        """Sets this process's id and the number of processes."""
+        _assert_type(process_id, int, "process_id")
+        _assert_type(num_processes, int, "num_processes")
+        if num_processes < 1:
+            raise ValueError(
+                f"num_processes must be at least 1 (got {num_processes})")
+        if not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id must be in [0, {num_processes}) "
+                             f"for {num_processes} processes (got "
+                             f"{process_id})")
+        return self.set(distributed_process_id=process_id,
+                        num_distributed_processes=num_processes)
+
+    @property
+    def processId(self) -> int:
+        """Id of this process, in ``[0, numProcesses)``."""
+        return self.distributed_process_id
+
+    @property
+    def numProcesses(self) -> int:
+        """Total number of processes."""
+        return self.num_distributed_processes
+
+
+class _JitOptions(OptionsDict):
+    """Deprecated TorchScript options (tracing is always by dispatch)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def traceModel(self, trace_model: bool) -> "_JitOptions":
+        """Deprecated: ``True`` is refused, ``False`` is the only mode."""
+        logger.warning("Setting Jit.traceModel is deprecated: models are "
+                       "always captured by the dispatcher.")
+        if trace_model:
+            raise ValueError(
+                "options.Jit.traceModel(True) is no longer supported")
+        return self

@@ -1,0 +1,818 @@
+"""poptorch.Options: defaults, setters, validation, freezing, copies,
+serialisation, config files, JSON and environment variables (spec 2)."""
+import copy
+import json
+import pickle
+import sys
+
+import pytest
+import torch
+
+import poptorch_core as poptorch
+from poptorch_core import enums
+from poptorch_core._options_progress import _CompilationProgressBar
+
+_ENV_VARS = ("POPTORCH_DEFAULT_OPTIONS", "POPTORCH_CACHE_DIR",
+             "POPTORCH_SIM_BACKEND", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_RANK", "WORLD_SIZE", "RANK",
+             "POPLAR_ENGINE_OPTIONS")
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch):
+    for var in _ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+# Defaults and OptionsDict mechanics ---------------------------------------
+
+
+def test_defaults_match_spec():
+    opts = poptorch.Options()
+    expected = dict(replication_factor=1, input_group_size=1,
+                    input_cgt=enums.CommGroupType.Consecutive,
+                    broadcast_buffers=True, device_iterations=1,
+                    log_dir=".", max_repeat_logs=4,
+                    auto_round_num_ipus=False, anchored_tensors={},
+                    output_mode=4, output_return_period=1,
+                    connection_type=0, sync_pattern=0,
+                    available_memory_proportion={})
+    assert opts._values == expected
+    assert opts.Training.gradient_accumulation == 1
+    assert (opts.Training.accumulation_and_replication_reduction_type
+            is enums.ReductionType.Mean)
+    assert (opts.Training.meanAccumulationAndReplicationReductionStrategy
+            is enums.MeanReductionStrategy.Post)
+    assert (opts.Distributed.numProcesses, opts.Distributed.processId) == (1,
+                                                                          0)
+    assert opts._Popart.options == {
+        "instrumentWithHardwareCycleCounter": False,
+        "rearrangeAnchorsOnHost": False
+    }
+    assert opts._show_compilation_progress_bar is True
+    assert opts._relax_optimizer_checks is False
+    assert opts._module_namescope_enabled is True
+    assert opts._source_location_excludes == [
+        "install/poptorch", "site-packages/torch", "site-packages/poptorch"
+    ]
+    assert type(opts._execution_strategy) is poptorch.PipelinedExecution
+    assert opts._execution_strategy._auto_stage is enums.AutoStage.SameAsIpu
+    assert opts.defaultOutputMode()
+    assert not opts.exists("random_seed")
+    assert opts.Simulator.toDict() == {
+        "simulator.execution_backend": "interpret",
+        "simulator.host_device": "cpu",
+        "simulator.ipu_version": 2
+    }
+
+
+def test_instances_do_not_share_mutable_defaults():
+    a, b = poptorch.Options(), poptorch.Options()
+    a.anchorTensor("x", "y")
+    a.setAvailableMemoryProportion({"IPU0": 0.5})
+    assert b.anchored_tensors == {} and b.available_memory_proportion == {}
+
+
+def test_attribute_access_and_errors():
+    opts = poptorch.Options()
+    opts.replication_factor = 4
+    assert opts.replication_factor == 4 and opts("replication_factor") == 4
+    with pytest.raises(AttributeError, match=r"Invalid attribute foo\."):
+        _ = opts.foo
+    with pytest.raises(AssertionError, match="Invalid option foo, valid"):
+        opts.set(foo=1)
+    with pytest.raises(AssertionError,
+                       match="Unexpected type <class 'str'> for option "
+                       "device_iterations. Expected <class 'int'>"):
+        opts.device_iterations = "2"
+    with pytest.raises(AssertionError, match="Unexpected type <class 'bool'>"):
+        opts.deviceIterations(True)
+    with pytest.raises(AttributeError,
+                       match="Invalid private attribute _new_thing"):
+        opts._new_thing = 1
+    with pytest.raises(AttributeError, match="Training is read-only"):
+        opts.Training = None
+
+
+def test_create_or_set_exists_delete():
+    opts = poptorch.Options()
+    opts.createOrSet(model_name="a")
+    assert opts.exists("model_name") and opts.model_name == "a"
+    opts.createOrSet(model_name="b")
+    assert opts.model_name == "b"
+    with pytest.raises(AssertionError, match="Unexpected type"):
+        opts.createOrSet(model_name=3)
+    opts.deleteIfExists("model_name")
+    opts.deleteIfExists("model_name")
+    assert not opts.exists("model_name")
+
+
+def test_update_refuses_overlapping_keys():
+    opts = poptorch.Options()
+    assert opts.Training.update({"a": 1})["gradient_accumulation"] == 1
+    with pytest.raises(AssertionError, match="some keys in common"):
+        opts.Training.update({"gradient_accumulation": 3})
+
+
+def test_repr():
+    opts = poptorch.Options().replicationFactor(4)
+    text = repr(opts)
+    assert text.startswith("Options(")
+    assert "replication_factor=4" in text and "log_dir='.'" in text
+    for name in ("Distributed=", "Jit=", "Precision=", "Simulator=",
+                 "TensorLocations=", "Training=", "_Popart="):
+        assert name in text
+    assert "execution_backend='interpret'" in text
+    assert repr(opts.Training).startswith(
+        "_TrainingOptions(gradient_accumulation=1")
+
+
+# Freezing, copies, pickling ---------------------------------------------------
+
+
+def _frozen_mutations(opts):
+    return [
+        lambda: opts.deviceIterations(2),
+        lambda: setattr(opts, "replication_factor", 2),
+        lambda: opts.randomSeed(1),
+        lambda: opts.anchorTensor("a", "b"),
+        lambda: opts.showCompilationProgressBar(False),
+        lambda: opts.setExecutionStrategy(poptorch.ShardedExecution()),
+        lambda: opts.deleteIfExists("random_seed"),
+        lambda: opts.Training.gradientAccumulation(2),
+        lambda: opts.Distributed.disable(),
+        lambda: opts.TensorLocations.numIOTiles(32),
+        lambda: opts.Precision.setPartialsType(torch.half),
+        lambda: opts._Popart.set("x", 1),
+        lambda: opts.enableStableNorm(True),
+        lambda: opts.Simulator.backend("compile"),
+    ]
+
+
+def test_frozen_options_refuse_every_change():
+    opts = poptorch.Options()
+    opts._freeze()
+    assert opts._is_frozen and opts.Training._is_frozen
+    assert opts._Popart._is_frozen and opts.Simulator._is_frozen
+    for mutate in _frozen_mutations(opts):
+        with pytest.raises(AttributeError, match="Can't modify frozen"):
+            mutate()
+    assert opts.device_iterations == 1 and not opts.exists("random_seed")
+    opts._unfreeze()
+    for mutate in _frozen_mutations(opts):
+        mutate()
+    assert opts.device_iterations == 2 and opts.replication_factor == 2
+    assert opts.Simulator.execution_backend == "compile"
+    assert not opts.exists("random_seed")  # created, then deleted
+
+
+def test_clone_is_unfrozen_and_independent():
+    opts = poptorch.Options().deviceIterations(3)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution("a", "b"))
+    opts.anchorTensor("x", "y")
+    opts._freeze()
+    for clone in (opts.clone(), copy.deepcopy(opts)):
+        assert not clone._is_frozen and not clone.Training._is_frozen
+        assert not clone._Popart._is_frozen
+        # Training and Precision share the Options' _Popart, in the copy too.
+        assert clone.Training._popart_options is clone._Popart
+        assert clone.Precision._popart_options is clone._Popart
+        clone.deviceIterations(7)
+        clone.Training.gradientAccumulation(5)
+        clone._Popart.set("k", 1)
+        clone.anchored_tensors["z"] = []
+        clone._execution_strategy.stage("a").ipu(3)
+        clone.Simulator.backend("compile")
+    assert opts.device_iterations == 3
+    assert opts.Training.gradient_accumulation == 1
+    assert "k" not in opts._Popart.options
+    assert list(opts.anchored_tensors) == ["x"]
+    assert opts._execution_strategy.stage("a")._ipu is None
+    assert opts.Simulator.execution_backend == "interpret"
+    assert opts._is_frozen
+
+
+def test_pickle_round_trip_keeps_values():
+    opts = poptorch.Options().deviceIterations(3)
+    opts.Training.gradientAccumulation(2)
+    opts.Simulator.ipuVersion(21)
+    opts._progress_bar(0, 2)  # a live tqdm bar must not break pickling
+    restored = pickle.loads(pickle.dumps(opts))
+    opts._progress_bar(2, 2)
+    assert restored.device_iterations == 3
+    assert restored.Training.gradient_accumulation == 2
+    assert restored.Simulator.ipu_version == 21
+    assert restored.Training._popart_options is restored._Popart
+
+
+# Top-level setters ----------------------------------------------------------
+
+
+def test_device_iterations_and_replication():
+    opts = poptorch.Options().deviceIterations(device_iterations=5)
+    opts.replicationFactor(4)
+    assert (opts.device_iterations, opts.replication_factor) == (5, 4)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            opts.deviceIterations(bad)
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            opts.replicationFactor(bad)
+    with pytest.raises(AssertionError, match="Unexpected type"):
+        opts.replicationFactor(2.0)
+
+
+def test_input_replica_grouping():
+    opts = poptorch.Options().replicationFactor(4)
+    opts.inputReplicaGrouping(2, enums.CommGroupType.Orthogonal)
+    assert opts.input_group_size == 2
+    assert opts.input_cgt is enums.CommGroupType.Orthogonal
+    opts.inputReplicaGrouping(4, enums.CommGroupType.NoGrouping)
+    assert opts.input_group_size == 1
+    assert opts.input_cgt is enums.CommGroupType.Consecutive
+    with pytest.raises(ValueError, match="input_group_type cannot be All"):
+        opts.inputReplicaGrouping(2, enums.CommGroupType.All)
+    with pytest.raises(ValueError, match="cannot be larger than replication"):
+        opts.inputReplicaGrouping(8, enums.CommGroupType.Consecutive)
+    with pytest.raises(ValueError, match="must be a factor of replication"):
+        opts.inputReplicaGrouping(3, enums.CommGroupType.Consecutive)
+    with pytest.raises(AssertionError, match="input_group_type must be"):
+        opts.inputReplicaGrouping(2, 1)
+
+
+def test_simple_typed_setters():
+    opts = poptorch.Options()
+    opts.broadcastBuffers(False).logDir("/tmp/x").autoRoundNumIPUs()
+    assert opts.broadcast_buffers is False and opts.log_dir == "/tmp/x"
+    assert opts.auto_round_num_ipus is True
+    opts.maxRepeatLogs(10)
+    assert opts.max_repeat_logs == 10
+    opts.maxRepeatLogs(None)
+    assert opts.max_repeat_logs == 2**64 - 1
+    opts.modelName("m").useIpuId(3).useIpuModel(True)
+    assert (opts.model_name, opts.ipu_id, opts.use_model) == ("m", 3, True)
+    for bad in (lambda: opts.broadcastBuffers(1),
+                lambda: opts.logDir(3),
+                lambda: opts.maxRepeatLogs("x"),
+                lambda: opts.modelName(1),
+                lambda: opts.useIpuId("0"),
+                lambda: opts.useIpuModel(1),
+                lambda: opts.autoRoundNumIPUs("yes")):
+        with pytest.raises(AssertionError):
+            bad()
+
+
+def test_connection_and_sync_pattern():
+    opts = poptorch.Options().connectionType(enums.ConnectionType.OnDemand)
+    assert opts.connection_type == 1 and type(opts.connection_type) is int
+    opts.syncPattern(enums.SyncPattern.ReplicaAndLadder)
+    assert opts.sync_pattern == 2 and type(opts.sync_pattern) is int
+    with pytest.raises(AssertionError, match="connection_type must be"):
+        opts.connectionType(1)
+    with pytest.raises(AssertionError, match="sync_pattern must be"):
+        opts.syncPattern("Full")
+
+
+def test_offline_ipu_target():
+    opts = poptorch.Options().useOfflineIpuTarget()
+    assert opts.connection_type == enums.ConnectionType.Never
+    assert opts.ipu_version == 2
+    opts.useOfflineIpuTarget(21)
+    assert opts.ipu_version == 21
+    with pytest.raises(ValueError, match="valid IPU versions are 1, 2, 21"):
+        poptorch.Options().useOfflineIpuTarget(3)
+
+
+def test_output_mode():
+    opts = poptorch.Options().outputMode(enums.OutputMode.All)
+    assert opts.output_mode == 2 and type(opts.output_mode) is int
+    assert not opts.defaultOutputMode()
+    opts.outputMode(enums.OutputMode.EveryN, 5)
+    assert (opts.output_mode, opts.output_return_period) == (1, 5)
+    opts.outputMode(enums.OutputMode.Sum, 3)  # the period is ignored
+    assert (opts.output_mode, opts.output_return_period) == (3, 1)
+    for period in (None, 0, -2, 2.0):
+        with pytest.raises(AssertionError,
+                           match="EveryN anchor must have output_return_"
+                           "period set to valid positive integer"):
+            opts.outputMode(enums.OutputMode.EveryN, period)
+    with pytest.raises(AssertionError, match="must be a poptorch.OutputMode"):
+        opts.outputMode(2)
+    # The deprecated alias is the same enum.
+    opts.outputMode(poptorch.AnchorMode.Final)
+    assert opts.output_mode == 0
+
+
+def test_anchor_tensor():
+    opts = poptorch.Options()
+    assert opts.anchorTensor("grad", "Gradient___x") is opts
+    opts.anchorTensor("every", "y", enums.OutputMode.EveryN, 2)
+    opts.anchorTensor("all", "z", enums.OutputMode.All, 7)
+    assert opts.anchored_tensors == {
+        "grad": ["Gradient___x", True, 4, 1],
+        "every": ["y", False, 1, 2],
+        "all": ["z", False, 2, 1],
+    }
+    with pytest.raises(AssertionError, match="EveryN anchor"):
+        opts.anchorTensor("a", "b", enums.OutputMode.EveryN, 0)
+    with pytest.raises(AssertionError, match="short_name must be"):
+        opts.anchorTensor(1, "b")
+    with pytest.raises(AssertionError, match="output_mode must be"):
+        opts.anchorTensor("a", "b", 2)
+
+
+def test_random_seed_seeds_torch():
+    opts = poptorch.Options().randomSeed(42)
+    assert opts.exists("random_seed") and opts.random_seed == 42
+    got = torch.rand(4)
+    torch.manual_seed(42)
+    assert torch.equal(got, torch.rand(4))
+    with pytest.raises(AssertionError, match="random_seed must be"):
+        opts.randomSeed(1.5)
+
+
+def test_available_memory_proportion():
+    opts = poptorch.Options().setAvailableMemoryProportion({
+        "IPU0": 0.5,
+        "IPU3": 1
+    })
+    assert opts.available_memory_proportion == {0: 0.5, 3: 1.0}
+    with pytest.raises(AssertionError, match="Invalid key: GPU0"):
+        opts.setAvailableMemoryProportion({"GPU0": 0.5})
+    with pytest.raises(AssertionError, match="Invalid key: IPUx"):
+        opts.setAvailableMemoryProportion({"IPUx": 0.5})
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
+        opts.setAvailableMemoryProportion({"IPU0": 1.5})
+    with pytest.raises(AssertionError, match="proportion of IPU0 must be"):
+        opts.setAvailableMemoryProportion({"IPU0": "half"})
+
+
+def test_set_execution_strategy():
+    opts = poptorch.Options()
+    for strategy in (poptorch.ShardedExecution(),
+                     poptorch.PipelinedExecution(enums.AutoStage.AutoIncrement),
+                     poptorch.SerialPhasedExecution("a"),
+                     poptorch.ParallelPhasedExecution("a")):
+        assert opts.setExecutionStrategy(strategy)._execution_strategy is \
+            strategy
+    with pytest.raises(AssertionError, match="strategy must be a poptorch"):
+        opts.setExecutionStrategy("pipelined")
+
+
+def test_backend_option_setters():
+    opts = poptorch.Options()
+    opts.enableStableNorm(True).enableSyntheticData(True).logCycleCount(True)
+    opts.updatableNamedBuffers(["bn.running_mean"])
+    popart = opts._Popart.options
+    assert popart["enableStableNorm"] is True
+    assert popart["syntheticDataMode"] == 2
+    assert popart["instrumentWithHardwareCycleCounter"] is True
+    assert popart["updatableNamedBuffers"] == ["bn.running_mean"]
+    opts.enableSyntheticData(False)
+    assert popart["syntheticDataMode"] == 0
+    for bad in (lambda: opts.enableStableNorm(1),
+                lambda: opts.enableSyntheticData("on"),
+                lambda: opts.logCycleCount(None),
+                lambda: opts.updatableNamedBuffers("bn"),
+                lambda: opts.updatableNamedBuffers([1])):
+        with pytest.raises(AssertionError):
+            bad()
+
+
+def test_executable_caching(tmp_path):
+    opts = poptorch.Options().enableExecutableCaching(tmp_path)
+    assert opts._Popart.options["cachePath"] == str(tmp_path)
+    assert opts._Popart.options["enableEngineCaching"] is True
+    opts.enableExecutableCaching(None)
+    assert opts._Popart.options["enableEngineCaching"] is False
+    with pytest.raises(AssertionError, match="path must be"):
+        opts.enableExecutableCaching(3)
+
+
+def test_enable_profiling(monkeypatch, caplog):
+    opts = poptorch.Options()
+    opts._Popart.setEngineOptions({"opt.keep": "1"})
+    opts.enableProfiling("prof")
+    assert opts._Popart.options["engineOptions"] == {
+        "opt.keep": "1",
+        "debug.allowOutOfMemory": "true",
+        "autoReport.directory": "prof",
+        "autoReport.all": "true"
+    }
+    assert poptorch.Options().enableProfiling()._Popart.options[
+        "engineOptions"]["autoReport.directory"] == "."
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", '{"autoReport.all":"true"}')
+    with caplog.at_level("WARNING", logger="poptorch::python"):
+        poptorch.Options().enableProfiling()
+    assert "override enableProfiling" in caplog.text
+
+
+def test_private_state_setters():
+    opts = poptorch.Options()
+    opts.showCompilationProgressBar(False).relaxOptimizerAttributesChecks()
+    opts.disableModuleNamescope()
+    assert opts._show_compilation_progress_bar is False
+    assert opts._relax_optimizer_checks is True
+    assert opts._module_namescope_enabled is False
+    opts.sourceLocationExcludes(["a"]).appendToLocationExcludes("b", "c")
+    assert opts._source_location_excludes == ["a", "b", "c"]
+    with pytest.raises(AssertionError):
+        opts.showCompilationProgressBar("no")
+    with pytest.raises(AssertionError):
+        opts.relaxOptimizerAttributesChecks(0)
+    with pytest.raises(AssertionError, match="expects a list of strings"):
+        opts.sourceLocationExcludes("a")
+    with pytest.raises(AssertionError, match="expects strings"):
+        opts.appendToLocationExcludes(1)
+
+
+# Sub-options -----------------------------------------------------------------
+
+
+def test_training_options():
+    training = poptorch.Options().Training
+    training.gradientAccumulation(4).accumulationAndReplicationReductionType(
+        enums.ReductionType.Sum)
+    training.setMeanAccumulationAndReplicationReductionStrategy(
+        enums.MeanReductionStrategy.Running)
+    assert training.gradient_accumulation == 4
+    assert (training.accumulation_and_replication_reduction_type is
+            enums.ReductionType.Sum)
+    assert (training.meanAccumulationAndReplicationReductionStrategy is
+            enums.MeanReductionStrategy.Running)
+    msg = ("accumulationAndReplicationReductionType must be set to "
+           "poptorch.ReductionType.Mean or poptorch.ReductionType.Sum")
+    for bad in (enums.ReductionType.NoReduction, 1, "Mean"):
+        with pytest.raises(ValueError, match=msg):
+            training.accumulationAndReplicationReductionType(bad)
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        training.gradientAccumulation(0)
+    with pytest.raises(AssertionError, match="Unexpected type"):
+        training.gradientAccumulation(2.0)
+    with pytest.raises(AssertionError):
+        training.setMeanAccumulationAndReplicationReductionStrategy(1)
+
+
+def test_training_backend_options():
+    opts = poptorch.Options()
+    opts.Training.setAutomaticLossScaling(True).setConvolutionDithering(True)
+    opts.Precision.setPartialsType(torch.half)
+    assert opts._Popart.options["automaticLossScalingSettings.enabled"]
+    # Dithering and the partials type both live in convolutionOptions.
+    assert opts._Popart.options["convolutionOptions"] == {
+        "enableConvDithering": True,
+        "partialsType": "half"
+    }
+    with pytest.raises(AssertionError):
+        opts.Training.setAutomaticLossScaling(1)
+    with pytest.raises(AssertionError):
+        opts.Training.setConvolutionDithering("yes")
+
+
+def test_precision_options(caplog):
+    opts = poptorch.Options()
+    precision = opts.Precision
+    precision.enableFloatingPointExceptions(True).enableStochasticRounding(
+        True).setPartialsType(torch.float32)
+    assert opts._Popart.options["enableFloatingPointChecks"] is True
+    assert opts._Popart.options["enableStochasticRounding"] is True
+    assert opts._Popart.options["partialsTypeMatMuls"] == "float"
+    with pytest.raises(ValueError,
+                       match="parameter to setPartialsType should be "
+                       "eithertorch.float or torch.half"):
+        precision.setPartialsType(torch.int32)
+    with pytest.raises(AssertionError):
+        precision.enableFloatingPointExceptions(1)
+    with pytest.raises(AssertionError):
+        precision.enableStochasticRounding(None)
+    with caplog.at_level("WARNING", logger="poptorch::python"):
+        precision.halfFloatCasting(enums.HalfFloatCastingBehavior
+                                   .HalfUpcastToFloat)
+        precision.runningStatisticsAlwaysFloat(True)
+    assert caplog.text.count("deprecated") == 2
+    with pytest.raises(ValueError, match="needs to be set to a bool"):
+        precision.runningStatisticsAlwaysFloat(1)
+    assert precision.toDict() == {}
+
+
+def test_tensor_locations():
+    opts = poptorch.Options()
+    opts.TensorLocations.numIOTiles(32).numIOTiles(192)
+    assert opts.TensorLocations.toDict()["numIOTiles"] == 192
+    for bad in (30, 33, 194):
+        with pytest.raises(AssertionError,
+                           match="numIOTiles must be an even number between "
+                           "32 and 192."):
+            opts.TensorLocations.numIOTiles(bad)
+    with pytest.raises(AssertionError, match="num_tiles must be"):
+        opts.TensorLocations.numIOTiles(64.0)
+    settings = poptorch.TensorLocationSettings().minElementsForOffChip(
+        128).minElementsForReplicatedTensorSharding(8).useOnChipStorage(
+            False).useReplicatedTensorSharding(True).useIOTilesToLoad(
+                True).useIOTilesToStore(False)
+    expected = {
+        "minElementsForOffChip": 128,
+        "minElementsForReplicatedTensorSharding": 8,
+        "onChip": 0,
+        "useReplicatedTensorSharding": 1,
+        "useIOTilesToLoad": 1,
+        "useIOTilesToStore": 0
+    }
+    assert settings.toDict() == expected
+    locations = opts.TensorLocations
+    locations.setActivationLocation(settings).setWeightLocation(settings)
+    locations.setOptimizerLocation(settings).setAccumulatorLocation(settings)
+    for key in ("location_activation", "location_weight",
+                "location_optimizer", "location_accumulator"):
+        assert locations.toDict()[key] == expected
+    settings.useOnChipStorage(None)
+    assert "onChip" not in settings.toDict()
+    with pytest.raises(AssertionError, match="TensorLocationSettings"):
+        locations.setWeightLocation({"onChip": 1})
+    for bad in (lambda: settings.minElementsForOffChip(-1),
+                lambda: settings.minElementsForOffChip(1.0),
+                lambda: settings.minElementsForReplicatedTensorSharding("8"),
+                lambda: settings.useOnChipStorage(1),
+                lambda: settings.useReplicatedTensorSharding(1),
+                lambda: settings.useIOTilesToLoad(None),
+                lambda: settings.useIOTilesToStore("no")):
+        with pytest.raises(AssertionError):
+            bad()
+
+
+def test_distributed_options(monkeypatch):
+    dist = poptorch.Options().Distributed
+    assert dist.configureProcessId(2, 4) is dist
+    assert (dist.processId, dist.numProcesses) == (2, 4)
+    dist.disable()
+    assert (dist.processId, dist.numProcesses) == (0, 1)
+    monkeypatch.setenv("MY_SIZE", "8")
+    monkeypatch.setenv("MY_RANK", "5")
+    dist.setEnvVarNames("MY_SIZE", "MY_RANK")
+    assert (dist.processId, dist.numProcesses) == (5, 8)
+    dist.setEnvVarNames("UNSET_SIZE", "UNSET_RANK")
+    assert (dist.processId, dist.numProcesses) == (0, 1)
+    with pytest.raises(ValueError, match=r"process_id must be in \[0, 2\)"):
+        dist.configureProcessId(2, 2)
+    with pytest.raises(ValueError, match="num_processes must be at least 1"):
+        dist.configureProcessId(0, 0)
+    with pytest.raises(AssertionError, match="process_id must be"):
+        dist.configureProcessId("0", 2)
+    monkeypatch.setenv("MY_RANK", "one")
+    with pytest.raises(ValueError, match="MY_RANK='one' must be an integer"):
+        dist.setEnvVarNames("MY_SIZE", "MY_RANK")
+
+
+def test_distributed_reads_launcher_environment(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # MPI's variables win
+    monkeypatch.setenv("RANK", "1")
+    dist = poptorch.Options().Distributed
+    assert (dist.processId, dist.numProcesses) == (3, 4)
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK")
+    dist = poptorch.Options().Distributed  # torchrun's variables
+    assert (dist.processId, dist.numProcesses) == (1, 2)
+
+
+def test_jit_options(caplog):
+    jit = poptorch.Options().Jit
+    with caplog.at_level("WARNING", logger="poptorch::python"):
+        assert jit.traceModel(False) is jit
+    assert "deprecated" in caplog.text
+    with pytest.raises(ValueError,
+                       match=r"options.Jit.traceModel\(True\) is no longer "
+                       "supported"):
+        jit.traceModel(True)
+
+
+def test_popart_options(caplog):
+    popart = poptorch.Options()._Popart
+    assert popart.set("anything", {"a": 1}) is popart
+    popart.setPatterns({"PadSum": True}, 1)
+    assert popart.options["patterns"] == {"PadSum": True}
+    assert popart.options["patternsLevel"] == 1
+    with caplog.at_level("WARNING", logger="poptorch::python"):
+        popart.set("logDir", "/tmp")
+    assert "logDir" not in popart.options and "logDir()" in caplog.text
+    with pytest.raises(TypeError, match="must be strings"):
+        popart.set(1, 2)
+    with pytest.raises(TypeError, match="Unsupported value type object"):
+        popart.set("x", object())
+    with pytest.raises(AssertionError, match="must be a dictionary"):
+        popart.setEngineOptions([])
+    with pytest.raises(AssertionError, match="level must be an integer"):
+        popart.setPatterns({}, "2")
+    with pytest.raises(AssertionError, match="patterns must be a dictionary"):
+        popart.setPatterns([], 2)
+
+
+def test_simulator_options(monkeypatch):
+    opts = poptorch.Options()
+    sim = opts.Simulator
+    assert sim.backend("compile").hostDevice("cpu").ipuVersion(21) is sim
+    assert (sim.execution_backend, sim.host_device,
+            sim.ipu_version) == ("compile", "cpu", 21)
+    with pytest.raises(ValueError,
+                       match="valid values are 'interpret', 'compile'"):
+        sim.backend("xla")
+    with pytest.raises(ValueError, match="valid values are 'cpu', 'cuda'"):
+        sim.hostDevice("tpu")
+    with pytest.raises(ValueError, match="valid IPU versions are 1, 2, 21"):
+        sim.ipuVersion(3)
+    with pytest.raises(AssertionError, match="Unexpected type"):
+        sim.ipuVersion("2")
+    # Attribute assignment is validated like the setters.
+    with pytest.raises(ValueError, match="valid values"):
+        sim.execution_backend = "xla"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"torch.cuda.is_available\(\) is "
+                       r"False.*hostDevice\('cpu'\)"):
+        sim.hostDevice("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert sim.hostDevice("cuda").host_device == "cuda"
+    with pytest.raises(AttributeError, match="Simulator is read-only"):
+        opts.Simulator = sim
+
+
+# toDict --------------------------------------------------------------------
+
+
+def test_to_dict_requires_output_mode():
+    with pytest.raises(AssertionError,
+                       match="An output mode must be picked before "
+                       "serialisation"):
+        poptorch.Options().toDict()
+
+
+def test_to_dict_merges_everything():
+    opts = poptorch.Options().outputMode(enums.OutputMode.All)
+    opts.deviceIterations(2).Training.gradientAccumulation(3)
+    opts.Distributed.configureProcessId(1, 2)
+    opts.TensorLocations.numIOTiles(64)
+    opts.Simulator.backend("compile")
+    opts.enableStableNorm(True)
+    opts.setExecutionStrategy(poptorch.ShardedExecution())
+    out = opts.toDict()
+    assert out["execution_mode"] == 1
+    assert out["enableStableNorm"] is True
+    assert out["device_iterations"] == 2 and out["output_mode"] == 2
+    assert out["gradient_accumulation"] == 3
+    assert (out["distributed_process_id"],
+            out["num_distributed_processes"]) == (1, 2)
+    assert out["numIOTiles"] == 64
+    assert out["simulator.execution_backend"] == "compile"
+    assert out["compilation_progress_bar_fn"] is opts._progress_bar
+    # Every source contributed, and nothing else.
+    expected_keys = ({"execution_mode"} | set(opts._Popart.options)
+                     | set(opts._values) | set(opts.Training._values)
+                     | set(opts.Distributed._values)
+                     | set(opts.TensorLocations._values)
+                     | set(opts.Simulator.toDict())
+                     | {"compilation_progress_bar_fn"})
+    assert set(out) == expected_keys
+    opts.showCompilationProgressBar(False)
+    assert "compilation_progress_bar_fn" not in opts.toDict()
+
+
+def test_to_dict_phased_strategy_options():
+    opts = poptorch.Options().outputMode(enums.OutputMode.Final)
+    opts.setExecutionStrategy(
+        poptorch.SerialPhasedExecution("a").useSeparateBackwardPhase(
+            True).setTensorsLiveness(enums.Liveness.OffChipAfterEachPhase))
+    out = opts.toDict()
+    assert (out["execution_mode"], out["separate_backward_phase"],
+            out["tensors_liveness"],
+            out["serial_phases_execution"]) == (2, True, 3, True)
+
+
+def test_progress_bar_records_compilation_time():
+    bar = _CompilationProgressBar()
+    assert bar.compilation_time is None
+    bar(0, 10)
+    bar(5, 10)
+    copied = copy.deepcopy(bar)
+    assert copied._bar is None
+    bar(10, 10)
+    assert bar.compilation_time.total_seconds() >= 0
+    assert bar._bar is None
+
+
+# loadFromFile ---------------------------------------------------------------
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_load_from_file(tmp_path):
+    first = _write(tmp_path / "a.conf", [
+        "# a comment line", "", "deviceIterations(4)   # inline comment",
+        "replicationFactor(2)", "Training.gradientAccumulation(3)",
+        "outputMode(poptorch.OutputMode.Sum)",
+        "Precision.setPartialsType(torch.half)", "Simulator.backend('compile')"
+    ])
+    second = _write(tmp_path / "b.conf", ["deviceIterations(8)"])
+    opts = poptorch.Options().loadFromFile(str(first)).loadFromFile(second)
+    assert opts.device_iterations == 8  # the later file overrides it ...
+    assert opts.replication_factor == 2  # ... and only what it sets
+    assert opts.Training.gradient_accumulation == 3
+    assert opts.output_mode == enums.OutputMode.Sum
+    assert opts._Popart.options["partialsTypeMatMuls"] == "half"
+    assert opts.Simulator.execution_backend == "compile"
+
+
+def test_load_from_file_syntax_error_names_the_file_line(tmp_path):
+    path = _write(tmp_path / "bad.conf", [
+        "# header", "", "deviceIterations(4)", "replicationFactor(2",
+        "Training.gradientAccumulation(2)"
+    ])
+    opts = poptorch.Options()
+    with pytest.raises(poptorch.options.ConfigFileError) as info:
+        opts.loadFromFile(path)
+    message = str(info.value)
+    assert message.startswith("SyntaxError at line 4 of bad.conf: ")
+    assert message.endswith("\n> replicationFactor(2")
+    # Nothing was applied: the whole file is checked first.
+    assert opts.device_iterations == 1
+
+
+def test_load_from_file_runtime_error_keeps_its_type(tmp_path):
+    path = _write(tmp_path / "c.conf", ["deviceIterations(2)", "nosuch(1)"])
+    with pytest.raises(AttributeError, match="Invalid attribute nosuch") as e:
+        poptorch.Options().loadFromFile(path)
+    if sys.version_info >= (3, 11):  # exception notes
+        assert any("line 2 of c.conf" in n for n in e.value.__notes__)
+
+
+# from_json and environment variables ---------------------------------------
+
+
+def test_from_json():
+    opts = poptorch.Options().from_json(
+        json.dumps({
+            "deviceIterations": 4,
+            "outputMode": ["OutputMode.EveryN", 2],
+            "connectionType": "ConnectionType.OnDemand",
+            "Training.accumulationAndReplicationReductionType":
+            "ReductionType.Sum",
+            "Precision.setPartialsType": "torch.half",
+            "Simulator.backend": "compile",
+            "modelName": "Not.AnEnum",
+        }))
+    assert opts.device_iterations == 4
+    assert (opts.output_mode, opts.output_return_period) == (1, 2)
+    assert opts.connection_type == 1
+    assert (opts.Training.accumulation_and_replication_reduction_type is
+            enums.ReductionType.Sum)
+    assert opts._Popart.options["partialsTypeMatMuls"] == "half"
+    assert opts.Simulator.execution_backend == "compile"
+    assert opts.model_name == "Not.AnEnum"
+
+
+def test_from_json_errors():
+    opts = poptorch.Options()
+    with pytest.raises(ValueError, match="OutputMode has no member 'Every'"):
+        opts.from_json('{"outputMode": "OutputMode.Every"}')
+    with pytest.raises(ValueError, match="names a value, not a setter"):
+        opts.from_json('{"device_iterations": 2}')
+    with pytest.raises(ValueError, match="must be an object"):
+        opts.from_json("[1, 2]")
+    with pytest.raises(AttributeError, match="Invalid attribute nosuch"):
+        opts.from_json('{"Training.nosuch": 1}')
+
+
+def test_default_options_env(monkeypatch):
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS",
+                       '{"deviceIterations": 3, "replicationFactor": 2}')
+    opts = poptorch.Options()
+    assert (opts.device_iterations, opts.replication_factor) == (3, 2)
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPTORCH_CACHE_DIR", str(tmp_path))
+    popart = poptorch.Options()._Popart.options
+    assert popart["cachePath"] == str(tmp_path)
+    assert popart["enableEngineCaching"] is True
+
+
+def test_sim_backend_env(monkeypatch):
+    monkeypatch.setenv("POPTORCH_SIM_BACKEND", "compile")
+    assert poptorch.Options().Simulator.execution_backend == "compile"
+    # POPTORCH_DEFAULT_OPTIONS is applied afterwards, so it wins.
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS",
+                       '{"Simulator.backend": "interpret"}')
+    assert poptorch.Options().Simulator.execution_backend == "interpret"
+    monkeypatch.setenv("POPTORCH_SIM_BACKEND", "fast")
+    with pytest.raises(ValueError, match="POPTORCH_SIM_BACKEND: Invalid"):
+        poptorch.Options()
+
+
+def test_module_exports():
+    assert set(poptorch.options.__all__) >= {
+        "Options", "ConfigFileError", "TensorLocationSettings"
+    }
+    assert poptorch.Options is poptorch.options.Options
+    assert poptorch.TensorLocationSettings is \
+        poptorch.options.TensorLocationSettings
