@@ -1,11 +1,13 @@
 """ATen rewrites applied while tracing.
 
-int64 indices are demoted to int32 at the graph boundary (an IPU has no
-64-bit types), but some CPU kernels still insist on int64 indices: the
-scatter kernels' fast path for an *expanded* index (stride 0, which is how
-PyG broadcasts its edge index) rejects int32. These rewrites widen such an
-index just before the op. They narrow stride-0 dimensions first, so only the
-small un-expanded index is copied and the fast path is kept.
+int64 values are demoted to int32 at the graph boundary (an IPU has no
+64-bit types), so models see int32 indices and labels, as on an IPU. Some
+CPU kernels still insist on int64 for an index or target argument; these
+rewrites widen such an int32 argument just before the op, so the graph runs
+on the host. For the scatter kernels, whose fast path takes an *expanded*
+index (stride 0, which is how PyG broadcasts its edge index), stride-0
+dimensions are narrowed first so only the small un-expanded index is copied
+and the fast path is kept.
 """
 from typing import Callable, Dict, Optional
 
@@ -16,8 +18,8 @@ __all__: list = []
 aten = torch.ops.aten
 
 
-def _widened_index(index: torch.Tensor) -> Optional[torch.Tensor]:
-    if index.dtype != torch.int32:
+def _widened(index: object) -> Optional[torch.Tensor]:
+    if not isinstance(index, torch.Tensor) or index.dtype != torch.int32:
         return None
     base = index
     for dim, (size, stride) in enumerate(zip(index.shape, index.stride())):
@@ -26,17 +28,31 @@ def _widened_index(index: torch.Tensor) -> Optional[torch.Tensor]:
     return base.long().expand(index.shape)
 
 
-def _with_long_index(op) -> Callable:
-    def rewrite(self, dim, index, *args, **kwargs):
-        wide = _widened_index(index)
+def _widen_arg(op, position: int) -> Callable:
+    def rewrite(*args, **kwargs):
+        if position >= len(args):
+            return NotImplemented
+        wide = _widened(args[position])
         if wide is None:
             return NotImplemented  # trace the op unchanged
-        return op(self, dim, wide, *args, **kwargs)
+        args = args[:position] + (wide,) + args[position + 1:]
+        return op(*args, **kwargs)
     return rewrite
 
 
+# (op, position of the argument that must be int64)
+_LONG_ARGUMENTS = [
+    (aten.scatter_add.default, 2), (aten.scatter_add_.default, 2),
+    (aten.scatter_reduce.two, 2), (aten.scatter_reduce_.two, 2),
+    (aten.cross_entropy_loss.default, 1), (aten.nll_loss_nd.default, 1),
+    (aten.nll_loss.default, 1), (aten.nll_loss2d.default, 1),
+    (aten.multi_margin_loss.default, 1),
+    (aten.multilabel_margin_loss.default, 1), (aten.one_hot.default, 0),
+    (aten.take.default, 1), (aten.index_copy.default, 2),
+    (aten.index_copy_.default, 2), (aten.index_fill.int_Scalar, 2),
+    (aten.index_fill.int_Tensor, 2), (aten.index_fill_.int_Scalar, 2),
+    (aten.index_fill_.int_Tensor, 2),
+]
+
 INT32_INDEX_DECOMPOSITIONS: Dict[object, Callable] = {
-    op: _with_long_index(op) for op in (
-        aten.scatter_add.default, aten.scatter_add_.default,
-        aten.scatter_reduce.two, aten.scatter_reduce_.two)
-}
+    op: _widen_arg(op, position) for op, position in _LONG_ARGUMENTS}

@@ -35,7 +35,7 @@ from ..errors import createPoptorchError
 from . import _interception, rules
 from ._decompositions import INT32_INDEX_DECOMPOSITIONS
 
-__all__ = ["CapturedModel", "capture_module"]
+__all__: List[str] = []
 
 _BATCHNORM_TYPES = (torch.nn.modules.batchnorm._BatchNorm,)
 
@@ -95,10 +95,13 @@ def _collect_state(module: torch.nn.Module, kind: str) -> _StateSlots:
     return state
 
 
-def state_names(module: torch.nn.Module) -> Tuple[List[List[str]], List[List[str]]]:
-    """Names of the unique parameters and buffers, in placeholder order."""
-    return (_collect_state(module, "parameter").names,
-            _collect_state(module, "buffer").names)
+def module_state(module: torch.nn.Module) -> Tuple[
+        List[torch.Tensor], List[List[str]], List[torch.Tensor], List[List[str]]]:
+    """The unique parameters and buffers of ``module`` with all their names,
+    in placeholder order: ``(params, param_names, buffers, buffer_names)``."""
+    params = _collect_state(module, "parameter")
+    buffers = _collect_state(module, "buffer")
+    return params.tensors, params.names, buffers.tensors, buffers.names
 
 
 @contextlib.contextmanager

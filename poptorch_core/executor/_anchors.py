@@ -1,0 +1,58 @@
+"""Named tensors of a compiled model: ``getTensorNames`` and anchors.
+
+The simulator names tensors after PopART's conventions for what it can
+observe: inputs (``input/<i>``), weights (their model names), the reduced
+gradient of the last optimizer step (``Gradient___<name>``) and the updated
+weights (``UpdatedVar___<name>``). Anchored tensors are read after each call
+(the value of the last device iteration).
+"""
+from typing import Any, Dict, List
+
+import torch
+
+from ..errors import createPoptorchError
+
+__all__: list = []
+
+
+def _param_index(program: Any) -> Dict[str, int]:
+    return {name: i for i, names in enumerate(program.captured.param_names)
+            for name in names}
+
+
+def tensor_names(program: Any) -> List[str]:
+    names = [f"input/{i}" for i in range(program.captured.num_inputs)]
+    params = [n for names in program.captured.param_names for n in names]
+    buffers = [n for names in program.captured.buffer_names for n in names]
+    names += params + buffers
+    if program.training:
+        names += [f"Gradient___{n}" for n in params]
+        names += [f"UpdatedVar___{n}" for n in params]
+        names.append("loss")
+    return names
+
+
+def wants_gradients(anchors: Dict[str, Any]) -> bool:
+    return any(entry[0].startswith("Gradient___")
+               for entry in anchors.values())
+
+
+def read_anchors(executor: Any, program: Any) -> Dict[str, torch.Tensor]:
+    index = _param_index(program)
+    values = {}
+    for short, entry in executor._options.anchored_tensors.items():
+        long_name = entry[0]
+        kind, _, name = long_name.rpartition("___")
+        if name not in index or kind not in ("", "Gradient", "UpdatedVar"):
+            raise createPoptorchError(
+                f"Cannot anchor tensor {long_name!r}: the simulator can anchor "
+                "weights by name and Gradient___<name> / UpdatedVar___<name>; "
+                "see getTensorNames() for the names of this model.")
+        i = index[name]
+        if kind == "Gradient":
+            if i not in program.last_gradients:
+                continue
+            values[short] = program.last_gradients[i].clone().cpu()
+        else:
+            values[short] = program.state.params[i].detach().clone().cpu()
+    return values

@@ -1,0 +1,187 @@
+"""Binding call arguments to ``forward``'s signature and validating them
+against the inputs the model was compiled with (spec 4.9).
+
+There is no automatic recompilation: any change of structure, dtype, shape
+or non-tensor value after compilation is an error that says what changed and
+how to recompile.
+"""
+import dataclasses
+import inspect
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+from .._args_parser import getCustomParser
+from ..errors import createPoptorchError
+
+__all__: list = []
+
+_MISMATCH_TAIL = (
+    "\nThis error occurred because the inputs passed at runtime don't match "
+    "the inputs used to compile the model.\nTo recompile the model for the "
+    "new inputs create a new inferenceModel / trainingModel wrapper or call "
+    "destroy() on the curent one and try again.")
+
+_P = inspect.Parameter
+
+
+@dataclasses.dataclass
+class BoundArgs:
+    """Arguments bound to ``forward``: called as ``forward(*positional,
+    **named)``. ``names`` names each positional entry for messages."""
+    positional: List[Any]
+    names: List[str]
+    named: Dict[str, Any]
+
+    def as_structure(self) -> Tuple[List[Any], Dict[str, Any]]:
+        return self.positional, self.named
+
+
+class ArgsBinder:
+    """Binds ``(args, kwargs)`` to the signature of ``model.forward``."""
+
+    def __init__(self, model: Callable):
+        fn = model.forward if isinstance(model, torch.nn.Module) else model
+        self._params = list(inspect.signature(fn).parameters.values())
+        self._has_var_kw = any(p.kind == _P.VAR_KEYWORD for p in self._params)
+
+    def bind(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> BoundArgs:
+        kwargs = dict(kwargs)
+        positional, names, named = [], [], {}
+        used = 0
+        for p in self._params:
+            if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+                if used < len(args):
+                    assert p.name not in kwargs, \
+                        f"Parameter {p.name} was passed more than once"
+                    value, used = args[used], used + 1
+                elif p.name in kwargs:
+                    value = kwargs.pop(p.name)
+                elif p.default is not _P.empty:
+                    value = p.default
+                else:
+                    raise createPoptorchError(
+                        f"Mandatory parameter {p.name} missing")
+                positional.append(value)
+                names.append(p.name)
+            elif p.kind == _P.VAR_POSITIONAL:
+                for i, value in enumerate(args[used:]):
+                    positional.append(value)
+                    names.append(f"*args[{i}]")
+                used = len(args)
+            elif p.kind == _P.KEYWORD_ONLY:
+                if p.name in kwargs:
+                    named[p.name] = kwargs.pop(p.name)
+                elif p.default is not _P.empty:
+                    named[p.name] = p.default
+                else:
+                    raise createPoptorchError(
+                        f"Mandatory parameter {p.name} missing")
+        assert used == len(args), (
+            f"Too many arguments provided: expected at most {used} but got "
+            f"{len(args)}")
+        if kwargs:
+            if not self._has_var_kw:
+                allowed = [p.name for p in self._params]
+                name = next(iter(kwargs))
+                raise AssertionError(f"{name} is not a valid parameter."
+                                     f"Allowed values are {allowed}")
+            named.update(kwargs)
+        return BoundArgs(positional, names, named)
+
+
+# --- Input descriptions ------------------------------------------------------
+
+def describe(value: Any) -> Any:
+    """A hashable-enough description of an input used to detect changes:
+    structure, tensor dtypes and shapes, and non-tensor values."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.shape)
+    parser = getCustomParser(value)
+    if parser is not None:
+        return ("custom", type(value),
+                tuple(describe(t) for t in parser.yieldTensors(value)))
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(describe(v) for v in value))
+    if isinstance(value, dict):
+        return (type(value), {k: describe(v) for k, v in value.items()})
+    return ("value", type(value), value)
+
+
+def _mismatch(msg: str) -> Exception:
+    return createPoptorchError(msg + _MISMATCH_TAIL)
+
+
+def _type_name(desc: Any) -> str:
+    if desc[0] == "tensor":
+        return str(torch.Tensor)
+    if desc[0] in ("custom", "value"):
+        return str(desc[1])
+    return str(desc[0])
+
+
+def _compare(name: str, expected: Any, got: Any) -> None:
+    if expected == got:
+        return
+    if expected[0] != got[0] or (expected[0] in ("custom", "value")
+                                 and expected[1] is not got[1]):
+        raise _mismatch(f"Type mismatch for {name}: expected "
+                        f"{_type_name(expected)} but got {_type_name(got)}.")
+    kind = expected[0]
+    if kind == "tensor":
+        if expected[1] != got[1]:
+            raise _mismatch(f"Data type mismatch for {name}: expected "
+                            f"{expected[1]} but got {got[1]}.")
+        raise _mismatch(f"Shape mismatch for {name}: expected {expected[2]} "
+                        f"but got {got[2]}.")
+    if kind == "value":
+        raise _mismatch(f"Value mismatch for {name}: expected {expected[2]} "
+                        f"but got {got[2]}.")
+    if isinstance(expected[1], dict):
+        _compare_dicts(name, expected[1], got[1])
+        return
+    if len(expected[-1]) != len(got[-1]):
+        raise _mismatch(f"Length mismatch for {name}: expected "
+                        f"{len(expected[-1])} elements but got {len(got[-1])}.")
+    for i, (e, g) in enumerate(zip(expected[-1], got[-1])):
+        _compare(f"{name}[{i}]", e, g)
+
+
+def _compare_dicts(name: str, expected: Dict, got: Dict) -> None:
+    if set(expected) != set(got):
+        unexpected = ", ".join(str(k) for k in got if k not in expected)
+        missing = ", ".join(str(k) for k in expected if k not in got)
+        raise _mismatch(f"Keys mismatch for {name}: Unexpected arguments: "
+                        f"{unexpected}. Missing arguments: {missing}.")
+    for key in expected:
+        _compare(f"{name}[{key!r}]" if name != "named arguments" else key,
+                 expected[key], got[key])
+
+
+@dataclasses.dataclass
+class InputSignature:
+    """The compile-time inputs, to validate later calls against."""
+    positional: Tuple[Any, ...]
+    names: List[str]
+    named: Dict[str, Any]
+
+    @classmethod
+    def of(cls, bound: BoundArgs) -> "InputSignature":
+        return cls(tuple(describe(v) for v in bound.positional),
+                   list(bound.names),
+                   {k: describe(v) for k, v in bound.named.items()})
+
+    def validate(self, bound: BoundArgs) -> None:
+        """Raises the spec's mismatch error for the first difference."""
+        positional = tuple(describe(v) for v in bound.positional)
+        named = {k: describe(v) for k, v in bound.named.items()}
+        if positional == self.positional and named == self.named:
+            return
+        if len(positional) != len(self.positional):
+            raise _mismatch(
+                "Number of positional arguments mismatch: expected "
+                f"{len(self.positional)} arguments but got {len(positional)}.")
+        for name, expected, got in zip(self.names, self.positional,
+                                       positional):
+            _compare(name, expected, got)
+        _compare_dicts("named arguments", self.named, named)

@@ -1,0 +1,63 @@
+"""How a captured graph is run: the ``interpret`` and ``compile`` backends.
+
+``interpret`` calls the traced ``GraphModule`` directly (its generated Python
+code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` runs it
+through ``torch.compile`` with static shapes; because the executor only ever
+feeds it micro-batches of the compile-time shapes, it compiles exactly once.
+"""
+from typing import Callable, List, Sequence
+
+import torch
+import torch.fx
+
+__all__ = ["BACKENDS", "compilation_count"]
+
+BACKENDS = ("interpret", "compile")
+
+_compilations = 0
+
+
+def compilation_count() -> int:
+    """Number of graphs the ``compile`` backend has compiled in this
+    process (each ``torch.compile`` backend invocation counts once)."""
+    return _compilations
+
+
+def _counting_inductor(gm: torch.fx.GraphModule, example_inputs):
+    global _compilations
+    _compilations += 1
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(gm, example_inputs)
+
+
+class Executable:
+    """A runnable form of a captured graph.
+
+    ``run(tensors)`` takes the flat placeholder values (parameters, buffers,
+    inputs) and returns the graph's outputs as a list.
+    """
+
+    def __init__(self, graph_module: torch.fx.GraphModule, backend: str):
+        if backend not in BACKENDS:
+            raise ValueError(f"Unknown simulator backend {backend!r}: "
+                             f"expected one of {BACKENDS}")
+        self.backend = backend
+        self.graph_module = graph_module
+        self.compilations = 0
+        if backend == "compile":
+            self._fn: Callable = torch.compile(
+                self._count_and_call, backend=_counting_inductor,
+                dynamic=False, fullgraph=True)
+        else:
+            self._fn = graph_module
+
+    def _count_and_call(self, *tensors: torch.Tensor):
+        return self.graph_module(*tensors)
+
+    def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        if self.backend == "compile":
+            before = _compilations
+            out = self._fn(*tensors)
+            self.compilations += _compilations - before
+            return list(out)
+        return list(self._fn(*tensors))

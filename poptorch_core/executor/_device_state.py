@@ -1,0 +1,150 @@
+"""The simulated device's own copy of a model's weights, buffers and RNG.
+
+The device never shares storage with the host model: weights move host to
+device on attach / ``copyWeightsToDevice`` and device to host on
+``copyWeightsToHost``, with the IPU dtype rules applied (float64 is held as
+float32, int64 as int32). Per-replica buffers exist when buffers are not
+broadcast between replicas.
+"""
+import contextlib
+from typing import Iterator, List, Optional, Sequence
+
+import torch
+
+from .. import _dtypes
+from .._logging import logger
+
+__all__: list = []
+
+
+def _device_copy(host: torch.Tensor, device: torch.device,
+                 what: str) -> torch.Tensor:
+    host = host.detach()
+    dtype = _dtypes.ipu_dtype(host.dtype)
+    if host.dtype == torch.int64:
+        _dtypes.check_fits_int32(host, what)
+    return host.to(device=device, dtype=dtype, copy=True)
+
+
+class DeviceState:
+    """Device tensors for the unique parameters and buffers of a model.
+
+    Args:
+        host_params, host_buffers: the host tensors, in placeholder order.
+        names: one name per parameter then per buffer (for messages).
+        device: the host device that simulates the IPU.
+        replicas: how many per-replica buffer copies to keep (1 when
+            buffers are broadcast).
+    """
+
+    def __init__(self, host_params: Sequence[torch.Tensor],
+                 host_buffers: Sequence[torch.Tensor], names: Sequence[str],
+                 device: torch.device, replicas: int = 1):
+        self.device = device
+        self.host_params = list(host_params)
+        self.host_buffers = list(host_buffers)
+        self._names = list(names)
+        num_p = len(self.host_params)
+        self.params: List[torch.Tensor] = [
+            _device_copy(p, device, n).requires_grad_(p.requires_grad)
+            for p, n in zip(self.host_params, names)]
+        self.replica_buffers: List[List[torch.Tensor]] = [
+            [_device_copy(b, device, n) for b, n in
+             zip(self.host_buffers, names[num_p:])] for _ in range(replicas)]
+
+    def make_per_replica(self, replicas: int) -> None:
+        """Gives each replica its own copy of the buffers (buffers are not
+        broadcast, so replicas may drift apart)."""
+        first = self.replica_buffers[0]
+        self.replica_buffers = [first] + [
+            [b.clone() for b in first] for _ in range(replicas - 1)]
+
+    def buffers(self, replica: int = 0) -> List[torch.Tensor]:
+        return self.replica_buffers[min(replica, len(self.replica_buffers) - 1)]
+
+    def copy_to_device(self, buffer_indices: Optional[Sequence[int]] = None
+                       ) -> None:
+        """Host -> device. ``buffer_indices`` limits the copy to those
+        buffers (and skips the parameters)."""
+        logger.debug("Writing weights from host to IPU memory")
+        num_p = len(self.params)
+        with torch.no_grad():
+            if buffer_indices is None:
+                for i, (dev, host) in enumerate(zip(self.params,
+                                                    self.host_params)):
+                    dev.copy_(_device_copy(host, dev.device, self._names[i]))
+                buffer_indices = range(len(self.host_buffers))
+            for i in buffer_indices:
+                value = _device_copy(self.host_buffers[i], self.device,
+                                     self._names[num_p + i])
+                for buffers in self.replica_buffers:
+                    buffers[i].copy_(value)
+
+    def copy_to_host(self) -> None:
+        """Device -> host (the first replica's buffers)."""
+        logger.debug("Writing weights from IPU to host")
+        with torch.no_grad():
+            for dev, host in zip(self.params + self.replica_buffers[0],
+                                 self.host_params + self.host_buffers):
+                host.data.copy_(dev.detach())
+
+
+class DeviceRng:
+    """The device's random number generator, kept apart from the host's.
+
+    Random ops in the graph (dropout, rand, ...) draw from it; the host RNG
+    is swapped out for the duration of each run, so running a model does not
+    change the host's random stream, and a seed gives a reproducible device
+    stream.
+    """
+
+    def __init__(self, device: torch.device, seed: Optional[int] = None):
+        self._device = device
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.seed = seed
+        logger.debug("Setting random seed to %d", seed)
+        self._state = self._seeded_state(seed)
+
+    def _generator_state(self) -> torch.Tensor:
+        if self._device.type == "cuda":
+            return torch.cuda.get_rng_state(self._device)
+        return torch.get_rng_state()
+
+    def _set_generator_state(self, state: torch.Tensor) -> None:
+        if self._device.type == "cuda":
+            torch.cuda.set_rng_state(state, self._device)
+        else:
+            torch.set_rng_state(state)
+
+    def _seeded_state(self, seed: int) -> torch.Tensor:
+        saved = self._generator_state()
+        try:
+            if self._device.type == "cuda":
+                torch.cuda.manual_seed(seed)
+            else:
+                torch.manual_seed(seed)
+            return self._generator_state()
+        finally:
+            self._set_generator_state(saved)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Runs the body with the device RNG as the generator."""
+        saved = self._generator_state()
+        self._set_generator_state(self._state)
+        try:
+            yield
+        finally:
+            self._state = self._generator_state()
+            self._set_generator_state(saved)
+
+    def get_state(self) -> List[int]:
+        """``[seed] + state`` as PopTorch's ``rng_state`` returns it."""
+        logger.debug("Reading RNG state")
+        return [self.seed] + self._state.tolist()
+
+    def set_state(self, state: Sequence[int]) -> None:
+        logger.debug("Setting RNG state")
+        self.seed = int(state[0])
+        self._state = torch.tensor(list(state[1:]), dtype=torch.uint8)

@@ -1,0 +1,197 @@
+"""Lazy device-to-host weight sync for models wrapped by ``trainingModel``.
+
+After a training call the host weights are stale. Instead of copying them
+back after every call, the wrapper instruments the user's model in place
+(spec 4.1): the model's class becomes ``Poptorch<Class>``, each parameter's
+class a ``Parameter`` subclass and each buffer's class a ``Tensor``
+subclass. Reading the weights through any of them (``model.parameters()``,
+``state_dict()``, ``model(x)``, ``model.fc.weight``, ``w.data``,
+``torch.equal(w, ...)``, ``str(w)``) first calls
+``model.copyWeightsToHostIfNeeded()``, which copies exactly once per
+training call. Copies, deep copies and pickles of instrumented objects are
+plain, un-instrumented objects.
+"""
+import weakref
+from typing import Any, Callable, Dict, Optional
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..errors import createPoptorchError
+
+__all__: list = []
+
+# Instrumented tensor -> weak reference to the callable that syncs it.
+_sync_of: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _sync_args(args: Any, kwargs: Optional[Dict[str, Any]]) -> None:
+    for arg in list(args) + list((kwargs or {}).values()):
+        if isinstance(arg, (list, tuple)):
+            _sync_args(arg, None)
+        elif isinstance(arg, torch.Tensor):
+            ref = _sync_of.get(arg)
+            sync = ref() if ref is not None else None
+            if sync is not None:
+                sync()
+
+
+class _SyncingParameter(torch.nn.Parameter):
+    """A parameter of a model wrapped for training."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _sync_args(args, kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = torch.nn.Parameter(
+                self.data.clone(memory_format=torch.preserve_format),
+                self.requires_grad)
+        return memo[id(self)]
+
+
+class _SyncingBuffer(torch.Tensor):
+    """A buffer of a model wrapped for training."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _sync_args(args, kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = self.as_subclass(torch.Tensor).clone()
+        return memo[id(self)]
+
+    def __reduce_ex__(self, protocol):
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+    def __repr__(self, *, tensor_contents=None):
+        _sync_args((self,), None)
+        return repr(self.as_subclass(torch.Tensor))
+
+
+_SYNC_ATTRIBUTES = frozenset(("_parameters", "_buffers", "forward"))
+_wrapper_classes: Dict[type, type] = {}
+
+
+def _rebuild_unwrapped(cls: type) -> Any:
+    return cls.__new__(cls)
+
+
+def _wrapper_class(cls: type) -> type:
+    """``Poptorch<cls>``: ``cls`` whose weight accesses sync from the
+    device first."""
+    if cls in _wrapper_classes:
+        return _wrapper_classes[cls]
+
+    def __getattribute__(self, name):
+        if name in _SYNC_ATTRIBUTES:
+            object.__getattribute__(self, "copyWeightsToHostIfNeeded")()
+        return cls.__getattribute__(self, name)
+
+    def __getattr__(self, name):
+        value = cls.__getattr__(self, name)
+        if isinstance(value, torch.nn.Parameter):
+            self.copyWeightsToHostIfNeeded()
+        return value
+
+    def __reduce_ex__(self, protocol):
+        state = dict(self.__dict__)
+        state.pop("_host_weights_version", None)
+        state.pop("_poptorch_sync", None)
+        return (_rebuild_unwrapped, (cls,), state)
+
+    def copyWeightsToHostIfNeeded(self) -> bool:
+        """Copies the weights from the device if a training call made the
+        host copy stale. Returns True if it copied."""
+        executor = _executor_of(self)
+        if executor is None:
+            return False
+        return executor._copy_weights_to_host_if_needed()
+
+    def destroy(self) -> None:
+        """Destroys the PopTorch wrapper of this model (see
+        ``PoplarExecutor.destroy``)."""
+        executor = _executor_of(self)
+        if executor is not None:
+            executor.destroy()
+
+    wrapper = type(f"Poptorch{cls.__name__}", (cls,), {
+        "__getattribute__": __getattribute__, "__getattr__": __getattr__,
+        "__reduce_ex__": __reduce_ex__,
+        "copyWeightsToHostIfNeeded": copyWeightsToHostIfNeeded,
+        "destroy": destroy, "_poptorch_original_class": cls,
+        "__module__": cls.__module__, "__qualname__": f"Poptorch{cls.__qualname__}",
+    })
+    _wrapper_classes[cls] = wrapper
+    return wrapper
+
+
+_executors: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _executor_of(model: torch.nn.Module):
+    ref = _executors.get(model)
+    return ref() if ref is not None else None
+
+
+def is_wrapped(model: torch.nn.Module) -> bool:
+    return type(model) in _wrapper_classes.values()
+
+
+def wrap(model: torch.nn.Module, executor: Any) -> None:
+    """Instruments ``model`` (in place) for ``executor``'s lazy sync."""
+    for name, buffer in model.named_buffers():
+        if type(buffer) not in (torch.Tensor, _SyncingBuffer):
+            raise createPoptorchError(
+                f"All buffers must be an instance of torch.Tensor (Got "
+                f"{type(buffer)})")
+    _executors[model] = weakref.ref(executor)
+    model.__class__ = _wrapper_class(type(model))
+    if not hasattr(model, "_host_weights_version"):
+        model.__dict__["_host_weights_version"] = 0
+    sync = _make_sync(model)
+    for param in model.parameters():
+        if type(param) is torch.nn.Parameter:
+            param.__class__ = _SyncingParameter
+        _sync_of[param] = sync
+    for buffer in model.buffers():
+        if type(buffer) is torch.Tensor:
+            buffer.__class__ = _SyncingBuffer
+        _sync_of[buffer] = sync
+
+
+def _make_sync(model: torch.nn.Module) -> Callable:
+    model_ref = weakref.ref(model)
+
+    def sync() -> None:
+        model = model_ref()
+        if model is not None:
+            model.copyWeightsToHostIfNeeded()
+    # Held by the model so that the weak references above stay alive.
+    model.__dict__["_poptorch_sync"] = sync
+    return weakref.ref(sync)
+
+
+def unwrap(model: torch.nn.Module) -> None:
+    """Undoes :func:`wrap`; raises if ``model`` was never wrapped."""
+    if not is_wrapped(model):
+        raise createPoptorchError("model was never wrapped")
+    for _, sub in model.named_modules():
+        for tensor in list(sub._parameters.values()) + \
+                list(sub._buffers.values()):
+            if tensor is None:
+                continue
+            _sync_of.pop(tensor, None)
+            if type(tensor) is _SyncingParameter:
+                tensor.__class__ = torch.nn.Parameter
+            elif type(tensor) is _SyncingBuffer:
+                tensor.__class__ = torch.Tensor
+    model.__dict__.pop("_poptorch_sync", None)
+    _executors.pop(model, None)
+    model.__class__ = type(model)._poptorch_original_class

@@ -1,0 +1,135 @@
+"""The link between a training model's host optimizer and its device copy
+(spec 6.6).
+
+The host optimizer (a ``poptorch.optim`` or native ``torch.optim``
+optimizer over the user's parameters) never steps: it describes the
+algorithm and hyper-parameters. The device optimizer updates the device's
+weights. Hyper-parameters go host to device on ``setOptimizer`` and on
+attach; the optimizer state (moments, ...) is read back lazily through the
+host optimizer's ``state_dict()`` and written to the device after
+``load_state_dict``.
+"""
+from typing import Any, Optional
+
+import torch
+
+from .._logging import logger
+
+__all__: list = []
+
+
+def _is_poptorch_optimizer(optimizer: Any) -> bool:
+    from ..optim import Optimizer
+    return isinstance(optimizer, Optimizer)
+
+
+class OptimizerLink:
+    """Keeps one executor's host optimizer and device optimizer in step."""
+
+    def __init__(self, executor: Any, optimizer: torch.optim.Optimizer):
+        from ..optim._attributes import OptimizerAttrTracker, \
+            convertOptimizerToDict
+        self._executor = executor
+        self._convert = convertOptimizerToDict
+        self._tracker = OptimizerAttrTracker(executor._options)
+        self.optimizer = optimizer
+        self.device_optimizer: Any = None
+        self._description = self._convert(optimizer, self._tracker,
+                                          executor._options, False)
+        self._tracker.enableChecks()
+        self._instrument(optimizer)
+
+    @property
+    def _compiled(self) -> bool:
+        return self._executor._program is not None
+
+    def _instrument(self, optimizer: Any) -> None:
+        if _is_poptorch_optimizer(optimizer):
+            optimizer._device_state_source = self._read_device_state
+
+    def _read_device_state(self) -> dict:
+        if self.device_optimizer is None:
+            return {"ipu_state": None, "ipu_param": None}
+        return self.device_optimizer.read_state()
+
+    # --- Compile / attach ---------------------------------------------------
+    def build(self, state: Any, names: Any) -> Any:
+        """Creates the device optimizer over the device parameters."""
+        from ..optim._device import DeviceOptimizer
+        device_params = {id(host): dev for host, dev in
+                         zip(state.host_params, state.params)}
+        param_names = {id(host): name[0] for host, name in
+                       zip(state.host_params, names)}
+        self.device_optimizer = DeviceOptimizer(self.optimizer, device_params,
+                                                param_names)
+        return self.device_optimizer
+
+    def on_attach(self) -> None:
+        """Uploads the hyper-parameters, and the state if the host optimizer
+        holds one (e.g. from a checkpoint)."""
+        optimizer = self.optimizer
+        self.device_optimizer.update_from_host(optimizer)
+        if not _is_poptorch_optimizer(optimizer):
+            return
+        if optimizer.has_state():
+            self._write_state()
+        else:
+            optimizer.host_state_is_dirty = True
+
+    # --- Runs ---------------------------------------------------------------
+    def before_run(self) -> None:
+        optimizer = self.optimizer
+        if _is_poptorch_optimizer(optimizer) and optimizer.ipu_state_is_dirty:
+            # The weights the state belongs to must reach the host first.
+            self._executor._copy_weights_to_host_if_needed()
+            self._write_state()
+
+    def after_run(self) -> None:
+        if _is_poptorch_optimizer(self.optimizer):
+            self.optimizer.host_state_is_dirty = True
+
+    def _write_state(self) -> None:
+        optimizer = self.optimizer
+        state = optimizer._state_dict.get("ipu_state")
+        if state is not None:
+            logger.debug("Writing optimiser state tensors from host to IPU "
+                         "memory")
+            self.device_optimizer.write_state(state)
+        optimizer.ipu_state_is_dirty = False
+
+    def sync_state_to_host(self) -> None:
+        """Reads the device state into the host optimizer (if it can hold
+        one)."""
+        if _is_poptorch_optimizer(self.optimizer) and self._compiled:
+            self.optimizer.state_dict()
+
+    # --- setOptimizer -------------------------------------------------------
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        old = self.optimizer
+        if optimizer is not old:
+            if self._compiled and _is_poptorch_optimizer(old):
+                old.state_dict()  # keep the final device state on the host
+            if _is_poptorch_optimizer(old):
+                old._device_state_source = None
+            if _is_poptorch_optimizer(optimizer):
+                optimizer.ipu_state_is_dirty = optimizer.has_state()
+            self.optimizer = optimizer
+            self._instrument(optimizer)
+        description = self._convert(optimizer, self._tracker,
+                                    self._executor._options, self._compiled)
+        changed = description != self._description
+        self._description = description
+        if self.device_optimizer is None:
+            return
+        if changed or optimizer is not old:
+            logger.debug("Updating group 0 optimizer ...")
+            self.device_optimizer.update_from_host(optimizer)
+        if self._executor.isAttachedToDevice() and \
+                _is_poptorch_optimizer(optimizer) and \
+                optimizer.ipu_state_is_dirty:
+            self._write_state()
+
+    @property
+    def loss_scaling(self) -> Optional[float]:
+        return None if self.device_optimizer is None else \
+            self.device_optimizer.loss_scaling

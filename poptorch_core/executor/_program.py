@@ -1,0 +1,164 @@
+"""A compiled model and one call's execution on the simulated IPU.
+
+A :class:`Program` is what ``compile`` produces: the captured graph, its
+runnable form, the device state and the batch layout. :meth:`Program.run`
+executes one call (spec 4.5): for each device iteration, each accumulation
+step and each replica, the graph runs on that replica's micro-batch; a
+training call back-propagates the final loss of each micro-batch (times the
+loss scaling), reduces the gradients over ``G x R`` by mean or sum and
+applies one optimizer step per device iteration.
+"""
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from .. import _dtypes
+from .._args_parser import flattenTensors, rebuildStructure
+from ..enums import OutputMode, ReductionType
+from ..errors import createPoptorchError
+from ..tracing.capture import CapturedModel
+from ._args import BoundArgs, InputSignature
+from ._backends import Executable
+from ._batching import BatchLayout, OutputCollector
+from ._device_state import DeviceRng, DeviceState
+
+__all__: list = []
+
+_BACKWARD_ERROR = (
+    "backward() cannot be called explicitly on outputs of a PopTorch model. "
+    "If you're using a trainingModel, the backwards pass is performed "
+    "automatically when invoking the model. If you're using an "
+    "inferenceModel, you should use a trainingModel instead.")
+
+
+def _no_backward(*args, **kwargs):
+    raise createPoptorchError(_BACKWARD_ERROR)
+
+
+@dataclasses.dataclass
+class Program:
+    """Everything needed to run a compiled model."""
+    captured: CapturedModel
+    executable: Executable
+    state: DeviceState
+    rng: DeviceRng
+    layout: BatchLayout
+    signature: InputSignature
+    output_mode: OutputMode
+    output_period: int
+    training: bool
+    reduction: ReductionType = ReductionType.Mean
+    device_optimizer: Any = None
+    #: Graph outputs that may alias a placeholder (returned input, weight,
+    #: or a view of one): copied before they are returned.
+    output_aliases: Sequence[bool] = ()
+    #: The full-batch inputs of the compilation, ``(positional, named)``.
+    saved_inputs: Any = None
+    #: Keep the reduced gradients of the last optimizer step (for
+    #: ``Gradient___<name>`` anchors).
+    keep_gradients: bool = False
+    last_gradients: Dict[int, torch.Tensor] = dataclasses.field(
+        default_factory=dict)
+
+    # --- Inputs -------------------------------------------------------------
+    def device_inputs(self, bound: BoundArgs) -> List[torch.Tensor]:
+        """The call's input tensors with IPU dtypes on the host device."""
+        flat = flattenTensors(bound.as_structure())
+        out = []
+        for i, tensor in enumerate(flat):
+            self.layout.check_divisible(tensor)
+            out.append(_dtypes.to_ipu(tensor.detach(), f"Input {i}",
+                                      self.state.device))
+        return out
+
+    # --- Running ------------------------------------------------------------
+    def run(self, bound: BoundArgs) -> Any:
+        host_inputs = flattenTensors(bound.as_structure())
+        inputs = self.device_inputs(bound)
+        splits = [self.layout.split(t) for t in inputs]
+        collectors = [OutputCollector(self.layout, self.output_mode,
+                                      self.output_period)
+                      for _ in range(self.captured.num_user_outputs)]
+        with self.rng.active():
+            if self.training:
+                self._run_training(splits, collectors)
+            else:
+                with torch.no_grad():
+                    self._run_inference(splits, collectors)
+        self._write_back_inputs(host_inputs, inputs)
+        return self._build_outputs(collectors)
+
+    def _micro_inputs(self, splits, iteration, step, replica):
+        index = self.layout.micro_index(iteration, step, replica)
+        micro = [split[index] for split in splits]
+        if self.captured.mutated_inputs and self.layout.input_group_size > 1 \
+                and replica % self.layout.input_group_size != 0:
+            # Replicas of one input group must all see the unmodified data.
+            micro = [m.clone() for m in micro]
+        return micro
+
+    def _collect(self, collectors, outputs, iteration, step, replica):
+        for collector, out in zip(collectors, outputs):
+            if collector.wants(iteration, step):
+                collector.add(replica, out.detach())
+
+    def _run_inference(self, splits, collectors) -> None:
+        params, layout = self.state.params, self.layout
+        for iteration in range(layout.device_iterations):
+            for replica in range(layout.replicas):
+                outputs = self.executable.run(
+                    params + self.state.buffers(replica) +
+                    self._micro_inputs(splits, iteration, 0, replica))
+                self._collect(collectors, outputs, iteration, 0, replica)
+
+    def _run_training(self, splits, collectors) -> None:
+        params, layout = self.state.params, self.layout
+        optimizer = self.device_optimizer
+        scale = float(optimizer.loss_scaling)
+        loss_index = self.captured.loss_index
+        divisor = (layout.gradient_accumulation * layout.replicas
+                   if self.reduction == ReductionType.Mean else 1)
+        for iteration in range(layout.device_iterations):
+            for step in range(layout.gradient_accumulation):
+                for replica in range(layout.replicas):
+                    outputs = self.executable.run(
+                        params + self.state.buffers(replica) +
+                        self._micro_inputs(splits, iteration, step, replica))
+                    loss = outputs[loss_index]
+                    # A "none"-reduced final loss back-propagates ones.
+                    seed = loss if loss.dim() == 0 else loss.sum()
+                    if seed.requires_grad:
+                        (seed * scale if scale != 1.0 else seed).backward()
+                    self._collect(collectors, outputs, iteration, step,
+                                  replica)
+            self.last_gradients = {
+                i: p.grad.detach().clone() / (divisor * scale)
+                for i, p in enumerate(params) if p.grad is not None} \
+                if self.keep_gradients else {}
+            optimizer.step(float(divisor))
+
+    def _write_back_inputs(self, host_inputs, inputs) -> None:
+        for i in self.captured.mutated_inputs:
+            if inputs[i] is not host_inputs[i]:
+                with torch.no_grad():
+                    host_inputs[i].copy_(inputs[i].to(host_inputs[i].dtype))
+
+    # --- Outputs ------------------------------------------------------------
+    def _build_outputs(self, collectors: List[OutputCollector]) -> Any:
+        captured = self.captured
+        values = []
+        for k, slot in enumerate(captured.output_slots):
+            if slot is None:
+                values.append(captured.constants[k])
+                continue
+            out = collectors[slot].combine()
+            if self.output_aliases and self.output_aliases[slot] and \
+                    self.layout.num_steps == 1:
+                out = out.clone()
+            out = _dtypes.output_to_host(out, f"Output {k}")
+            out.backward = _no_backward
+            values.append(out)
+        if captured.output_template is None:
+            return None
+        return rebuildStructure(captured.output_template, iter(values))
