@@ -319,7 +319,8 @@ class _IPhasedExecution(_IExecutionStrategy):
             "Phases are identified by non-negative integers")
         return self._phases[phase]
 
-    def useSeparateBackwardPhase(self, use: bool = True) -> "_IPhasedExecution":
+    def useSeparateBackwardPhase(self,
+                                 use: bool = True) -> "_IPhasedExecution":
         """Runs the backward pass in phases of its own."""
         assert isinstance(use, bool), "use must be a bool"
         self._separate_backward_phase = use
@@ -352,8 +353,8 @@ class SerialPhasedExecution(_IPhasedExecution):
         >>> strategy.setTensorsLiveness(poptorch.Liveness.OffChipAfterFwd)
     """
 
-    def setTensorsLiveness(self,
-                           liveness: enums.Liveness) -> "SerialPhasedExecution":
+    def setTensorsLiveness(
+            self, liveness: enums.Liveness) -> "SerialPhasedExecution":
         """When tensors are moved off chip between phases."""
         assert isinstance(liveness, enums.Liveness), (
             f"liveness must be a poptorch.Liveness (got {liveness!r})")

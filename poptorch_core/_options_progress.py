@@ -54,4 +54,5 @@ class _CompilationProgressBar:
         return copied
 
     def __repr__(self) -> str:
-        return f"_CompilationProgressBar(compilation_time={self.compilation_time})"
+        return (f"_CompilationProgressBar(compilation_time="
+                f"{self.compilation_time})")

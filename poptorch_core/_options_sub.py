@@ -8,7 +8,8 @@ Example::
 
     >>> opts = poptorch.Options()
     >>> opts.Training.gradientAccumulation(4) \\
-    ...     .accumulationAndReplicationReductionType(poptorch.ReductionType.Sum)
+    ...     .accumulationAndReplicationReductionType(
+    ...         poptorch.ReductionType.Sum)
     >>> opts.Training.gradient_accumulation
     4
 """
@@ -201,8 +202,8 @@ class TensorLocationSettings(OptionsDict):
         return self.createOrSet(
             minElementsForReplicatedTensorSharding=min_elements)
 
-    def useOnChipStorage(self,
-                         use: Optional[bool] = True) -> "TensorLocationSettings":
+    def useOnChipStorage(
+            self, use: Optional[bool] = True) -> "TensorLocationSettings":
         """On-chip (True) or streaming-memory (False) storage; ``None``
         restores the default."""
         if use is None:

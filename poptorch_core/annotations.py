@@ -28,8 +28,9 @@ import torch
 from ._execution_strategies import (ParallelPhasedExecution, Phase,
                                     PipelinedExecution, SerialPhasedExecution,
                                     ShardedExecution, Stage,
-                                    _IExecutionStrategy, _check_ipu_id,
-                                    _record_block)
+                                    _check_ipu_id, _record_block)
+# Re-exported: the base Options.setExecutionStrategy validates against.
+from ._execution_strategies import _IExecutionStrategy  # noqa: F401
 from ._impl import _cpp_error
 from .errors import createPoptorchError
 

@@ -55,6 +55,9 @@ class Options(OptionsDict):
     - ``POPTORCH_DEFAULT_OPTIONS``: JSON applied with :meth:`from_json`,
       e.g. ``{"deviceIterations": 4, "Simulator.backend": "compile"}``.
 
+    ``Distributed`` reads ``OMPI_COMM_WORLD_SIZE``/``OMPI_COMM_WORLD_RANK``,
+    or torchrun's ``WORLD_SIZE``/``RANK`` when those are unset.
+
     Example::
 
         >>> opts = poptorch.Options()
@@ -440,8 +443,14 @@ class Options(OptionsDict):
 
     def from_json(self, string: str) -> "Options":
         """Applies ``{"dotted.setter": value}`` from JSON; a list value is
-        spread over the setter's arguments and ``"EnumName.Member"``
-        strings become ``poptorch`` enums."""
+        spread over the setter's arguments, ``"EnumName.Member"`` strings
+        become ``poptorch`` enums and ``"torch.half"``-style strings torch
+        dtypes.
+
+        Example::
+
+            >>> opts.from_json('{"outputMode": ["OutputMode.EveryN", 2]}')
+        """
         apply_json(self, string)
         return self
 

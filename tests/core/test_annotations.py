@@ -123,7 +123,7 @@ def test_block_argument_validation():
         poptorch.BlockFunction(1)
 
 
-# BeginBlock -------------------------------------------------------------------
+# BeginBlock -----------------------------------------------------------
 
 
 def test_begin_block_on_a_module():
@@ -256,7 +256,7 @@ def test_phase():
         phase.ipus(0)
 
 
-# Strategies: resolution rules -------------------------------------------------
+# Strategies: resolution rules -----------------------------------------
 
 
 def test_default_strategy_is_same_as_ipu():
@@ -424,7 +424,7 @@ def test_traced_model_resolves_through_its_strategy():
     }
 
 
-# IPU count (spec 7.6) -----------------------------------------------------------
+# IPU count (spec 7.6) -------------------------------------------------
 
 
 def test_ipus_to_reserve():
@@ -438,7 +438,8 @@ def test_ipus_to_reserve():
         _ipus_to_reserve(3, opts)
     opts.autoRoundNumIPUs(True)
     assert _ipus_to_reserve(3, opts) == 8
-    with pytest.raises(poptorch.Error, match=r"Too many IPUs requested \(128\)"):
+    with pytest.raises(poptorch.Error,
+                       match=r"Too many IPUs requested \(128\)"):
         _ipus_to_reserve(64, opts)
     # Offline targets never acquire a device: no check.
     offline = poptorch.Options().replicationFactor(3).useOfflineIpuTarget()

@@ -127,7 +127,7 @@ def test_repr():
         "_TrainingOptions(gradient_accumulation=1")
 
 
-# Freezing, copies, pickling ---------------------------------------------------
+# Freezing, copies, pickling -------------------------------------------
 
 
 def _frozen_mutations(opts):
@@ -349,7 +349,8 @@ def test_available_memory_proportion():
 def test_set_execution_strategy():
     opts = poptorch.Options()
     for strategy in (poptorch.ShardedExecution(),
-                     poptorch.PipelinedExecution(enums.AutoStage.AutoIncrement),
+                     poptorch.PipelinedExecution(
+                         enums.AutoStage.AutoIncrement),
                      poptorch.SerialPhasedExecution("a"),
                      poptorch.ParallelPhasedExecution("a")):
         assert opts.setExecutionStrategy(strategy)._execution_strategy is \

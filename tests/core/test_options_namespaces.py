@@ -220,3 +220,11 @@ def test_simulator_options(monkeypatch):
     assert sim.hostDevice("cuda").host_device == "cuda"
     with pytest.raises(AttributeError, match="Simulator is read-only"):
         opts.Simulator = sim
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU and a CUDA build of torch")
+def test_simulator_host_device_cuda_on_a_gpu():
+    sim = poptorch.Options().Simulator.hostDevice("cuda")
+    assert sim.host_device == "cuda"
+    assert poptorch.Options().Simulator.hostDevice("cpu").host_device == "cpu"
