@@ -151,6 +151,10 @@ def _check_state_unchanged(states: Sequence[_StateSlots],
 def _tracing_context(training: bool, device: torch.device,
                      excludes: Sequence[str]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
+        # Tracing runs random ops for real: keep the host's random stream as
+        # it was, as compiling on an IPU would.
+        stack.enter_context(torch.random.fork_rng(
+            devices=[device] if device.type == "cuda" else []))
         stack.enter_context(_impl._ipu_tracing(training))
         stack.enter_context(_impl._OverwriteContextManager())
         try:
