@@ -1,0 +1,20 @@
+"""PopTorch's optimizers (``poptorch.optim``).
+
+Drop-in replacements for ``torch.optim.SGD``, ``Adam``, ``AdamW`` and
+``RMSprop``, plus ``LAMB``, with the IPU's extra arguments (loss scaling,
+accumulation types, gradient clipping, variants). Native torch optimizers
+are accepted too and behave like these with default extra arguments.
+
+Example::
+
+    >>> import poptorch
+    >>> opt = poptorch.optim.AdamW(model.parameters(), lr=1e-3,
+    ...                            loss_scaling=1024.0)
+    >>> training_model = poptorch.trainingModel(model, optimizer=opt)
+"""
+from ._base import Optimizer
+from ._classes import LAMB, SGD, Adam, AdamW, RMSprop
+from ._variable import VariableAttributes
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "LAMB",
+           "VariableAttributes"]
