@@ -15,8 +15,8 @@ Example::
 from ._base import Optimizer
 from ._classes import LAMB, SGD, Adam, AdamW, RMSprop
 from ._variable import VariableAttributes
-# Private module the executor uses: the conversion for the device.
-from . import _attributes  # noqa: F401
+# Private modules the executor uses: the conversion and the device side.
+from . import _attributes, _device  # noqa: F401
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "LAMB",
            "VariableAttributes"]

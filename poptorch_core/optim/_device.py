@@ -1,0 +1,274 @@
+"""The optimizer as it runs on the simulated IPU.
+
+The executor owns one :class:`DeviceOptimizer` per training model. It holds
+the device copy of the optimizer state (moments, step counts) next to the
+device weights, applies one update per device iteration from the gradients
+the executor accumulated, and reads/writes its state under PopART's tensor
+names so that ``optimizer.state_dict()`` looks like PopTorch's.
+
+What is simulated (see also :mod:`._algorithms`): the reduction over
+micro-batches and replicas, loss-scaling removal, global-norm clipping
+(``max_grad_norm``), the update rules, state storage in the requested
+accumulation types, and a float16 ``accum_type`` rounding the reduced
+gradient to float16 before loss scaling is removed. Not simulated: velocity
+scaling (it only changes the range in which the velocity is stored, which
+float32 arithmetic does not need) and automatic loss scaling (its update
+factor stays 1).
+
+Example::
+
+    >>> dev = DeviceOptimizer(opt, {id(p): p.detach().clone().requires_grad_()
+    ...                             for p in model.parameters()},
+    ...                       {id(p): n for n, p in model.named_parameters()})
+    >>> # ... executor accumulates d(loss * dev.loss_scaling)/dp into .grad
+    >>> dev.step(grad_divisor=4)   # Mean over 4 micro-batches
+    >>> sorted(dev.read_state())
+    ['ipu_param', 'ipu_state']
+"""
+import logging
+import math
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from .._logging import logger
+from ._algorithms import init_state, popart_names, slots, storage_dtype, \
+    update
+from ._resolve import ResolvedOptimizer, resolve_optimizer
+from ._types import _OptimizerType
+
+__all__ = []
+
+_LOSS_SCALE_UPDATE_FACTOR = "lossScaleUpdateFactor"
+_Group = Tuple[Dict[str, object], List[int]]
+
+
+class DeviceOptimizer:
+    """The device side of a host optimizer (PopTorch or native torch).
+
+    Args:
+        host_optimizer: the optimizer the user gave to ``trainingModel``.
+        device_params: ``id(host parameter)`` -> the device tensor that the
+            executor trains in its place.
+        param_names: ``id(host parameter)`` -> its name in the model, used
+            in the state's tensor names.
+        auto_loss_scaling: report ``lossScaleUpdateFactor`` in the state
+            (``Training.setAutomaticLossScaling(True)``).
+
+    Raises:
+        ValueError: the optimizer holds a parameter that is not one of the
+            model's, or the optimizer is invalid (see ``resolve_optimizer``).
+    """
+
+    def __init__(self, host_optimizer: torch.optim.Optimizer,
+                 device_params: Mapping[int, torch.Tensor],
+                 param_names: Mapping[int, str],
+                 *, auto_loss_scaling: bool = False) -> None:
+        self._device_params = dict(device_params)
+        self._param_names = dict(param_names)
+        self._auto_loss_scaling = auto_loss_scaling
+        self._loss_scale_update_factor = 1.0
+        self._state: Dict[int, Dict[str, torch.Tensor]] = {}
+        self._resolved: Optional[ResolvedOptimizer] = None
+        self._groups: List[_Group] = []
+        self.update_from_host(host_optimizer)
+
+    @property
+    def optimizer_type(self) -> _OptimizerType:
+        """The device optimizer running (e.g. ``_OptimizerType.SGD2``)."""
+        return self._resolved.kind
+
+    @property
+    def loss_scaling(self) -> float:
+        """The factor the executor multiplies the loss by before backward."""
+        return (float(self._resolved.attributes["loss_scaling"]) *
+                self._loss_scale_update_factor)
+
+    def update_from_host(self, host_optimizer: torch.optim.Optimizer) -> None:
+        """Re-reads hyper-parameters and parameter groups (``setOptimizer``).
+
+        The state is kept when the device optimizer type is unchanged (an LR
+        change keeps the momentum) and reset when it changes.
+        """
+        resolved = resolve_optimizer(host_optimizer)
+        groups = [(hp, [self._param_id(p) for p in params])
+                  for hp, params in zip(resolved.groups, resolved.params)]
+        if self._resolved is not None and resolved.kind != self._resolved.kind:
+            logger.debug("Optimizer type changed from %s to %s: resetting "
+                         "the optimizer state", self._resolved.kind.name,
+                         resolved.kind.name)
+            self._state = {}
+        self._resolved, self._groups = resolved, groups
+        for hp, ids in groups:
+            for pid in ids:
+                init_state(resolved.kind, self._device_params[pid], hp,
+                           resolved.attributes, self._state.setdefault(pid, {}))
+        self._log_groups()
+
+    def step(self, grad_divisor: float) -> None:
+        """One optimizer update from the accumulated gradients.
+
+        Args:
+            grad_divisor: what the summed gradients are divided by: G x R for
+                ``ReductionType.Mean``, 1 for ``ReductionType.Sum``.
+        """
+        if not grad_divisor > 0:
+            raise ValueError(f"grad_divisor must be positive, got "
+                             f"{grad_divisor}")
+        kind, attrs = self._resolved.kind, self._resolved.attributes
+        live = [(pid, hp) for hp, ids in self._groups for pid in ids
+                if self._device_params[pid].grad is not None]
+        with torch.no_grad():
+            for pid, _ in live:
+                self._reduce(self._device_params[pid].grad, grad_divisor)
+            max_norm = attrs.get("max_grad_norm", math.inf)
+            if live and math.isfinite(max_norm):
+                torch.nn.utils.clip_grad_norm_(
+                    [self._device_params[pid] for pid, _ in live], max_norm)
+            for pid, hp in live:
+                param = self._device_params[pid]
+                update(kind, param, param.grad, self._state[pid], hp, attrs)
+        for param in self._device_params.values():
+            param.grad = None
+
+    def read_state(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        """``{"ipu_state": ..., "ipu_param": ...}`` under PopART's names,
+        as CPU copies."""
+        kind = self._resolved.kind
+        names = popart_names(kind)
+        ipu_state: Dict[str, torch.Tensor] = {}
+        ipu_param: Dict[str, torch.Tensor] = {}
+        loss_scaling = self.loss_scaling
+        for hp, ids in self._groups:
+            for pid in ids:
+                param_name = self._param_names[pid]
+                for key, tensor in self._state[pid].items():
+                    if key in names:
+                        ipu_state[f"{names[key]}___{param_name}"] = \
+                            _cpu_copy(tensor)
+                ipu_param.update(_param_tensors(kind, hp, param_name,
+                                                loss_scaling))
+        ipu_param["lossScaling_FLOAT"] = torch.tensor(loss_scaling)
+        if self._auto_loss_scaling:
+            ipu_state[_LOSS_SCALE_UPDATE_FACTOR] = torch.tensor(
+                self._loss_scale_update_factor)
+        return {"ipu_state": ipu_state, "ipu_param": ipu_param}
+
+    def write_state(self, ipu_state: Mapping[str, torch.Tensor]) -> None:
+        """Loads tensors read by :meth:`read_state` (possibly from another
+        model's optimizer); tensors missing from ``ipu_state`` keep their
+        device values.
+
+        Raises:
+            ValueError: a name this optimizer does not have, or a shape that
+                does not match.
+        """
+        if not isinstance(ipu_state, Mapping):
+            raise TypeError(f"ipu_state must be a dict of tensors, got "
+                            f"{type(ipu_state).__name__}")
+        targets = self._state_targets()
+        unknown = sorted(key for key in ipu_state
+                         if key not in targets and
+                         key != _LOSS_SCALE_UPDATE_FACTOR)
+        if unknown:
+            raise ValueError(
+                f"Cannot load optimizer state tensors {unknown} into a "
+                f"{self._resolved.kind.name} optimizer: it has no state of "
+                f"that name. Load a state saved from the same model and "
+                f"optimizer type.")
+        pending = []
+        for key, value in ipu_state.items():
+            if key == _LOSS_SCALE_UPDATE_FACTOR:
+                continue
+            pid, slot_key, hp = targets[key]
+            value = torch.as_tensor(value)
+            current = self._state[pid].get(slot_key)
+            expected = (self._device_params[pid] if current is None else
+                        current).shape
+            if value.shape != expected:
+                raise ValueError(f"Optimizer state tensor {key} has shape "
+                                 f"{tuple(value.shape)} but the device "
+                                 f"expects {tuple(expected)}.")
+            pending.append((pid, slot_key, hp, value))
+        if _LOSS_SCALE_UPDATE_FACTOR in ipu_state:
+            self._loss_scale_update_factor = float(
+                ipu_state[_LOSS_SCALE_UPDATE_FACTOR])
+        for pid, slot_key, hp, value in pending:
+            self._slot(pid, slot_key, hp).copy_(value)
+
+    # -- internals ----------------------------------------------------------
+    def _param_id(self, param: torch.Tensor) -> int:
+        pid = id(param)
+        if pid not in self._device_params or pid not in self._param_names:
+            raise ValueError(
+                f"The optimizer holds a parameter (shape "
+                f"{tuple(param.shape)}) that is not a parameter of the "
+                f"model. Build the optimizer from model.parameters().")
+        return pid
+
+    def _reduce(self, grad: torch.Tensor, grad_divisor: float) -> None:
+        grad.div_(grad_divisor)
+        # The accumulator holds the (still loss-scaled) reduced gradient.
+        if self._resolved.attributes["accum_type"] == torch.float16 and \
+                grad.dtype == torch.float32:
+            grad.copy_(grad.half())
+        grad.div_(self.loss_scaling)
+
+    def _state_targets(self) -> Dict[str, Tuple[int, str, Dict[str, object]]]:
+        names = popart_names(self._resolved.kind)
+        return {f"{prefix}___{self._param_names[pid]}": (pid, key, hp)
+                for hp, ids in self._groups for pid in ids
+                for key, prefix in names.items()}
+
+    def _slot(self, pid: int, slot_key: str,
+              hp: Dict[str, object]) -> torch.Tensor:
+        """The state tensor ``slot_key`` of ``pid``, created (uninitialised)
+        if the first step has not created it yet (SGD's momentum)."""
+        state = self._state[pid]
+        if slot_key not in state:
+            kind, attrs = self._resolved.kind, self._resolved.attributes
+            spec = slots(kind, hp, attrs).get(slot_key)
+            dtype = torch.float32 if spec is None else storage_dtype(spec,
+                                                                     attrs)
+            state[slot_key] = torch.empty_like(self._device_params[pid],
+                                               dtype=dtype)
+        return state[slot_key]
+
+    def _log_groups(self) -> None:
+        if not logger.isEnabledFor(logging.DEBUG):
+            return
+        kind, loss_scaling = self._resolved.kind, self.loss_scaling
+        for index, (hp, _) in enumerate(self._groups):
+            parts = [f"{key}={value}" for key, value in hp.items()
+                     if key != "velocity_scaling"]
+            parts.append(f"lossScaling={loss_scaling:g}")
+            if kind.family == "sgd":
+                # The separate variant scales the velocity by the loss scale.
+                velocity = hp["velocity_scaling"] \
+                    if kind == _OptimizerType.SGD1 else loss_scaling
+                parts.append(f"defaultVelocityScaling={velocity:g}")
+            logger.debug("Updating group %d optimizer with %s: %s", index,
+                         kind.name, ", ".join(parts))
+
+
+def _param_tensors(kind: _OptimizerType, hp: Mapping[str, object],
+                   param_name: str,
+                   loss_scaling: float) -> Dict[str, torch.Tensor]:
+    """The derived hyper-parameter tensors PopART keeps for one weight."""
+    lr, weight_decay = hp["lr"], hp["weight_decay"]
+    if kind.family == "sgd":
+        scaled_lr = lr * (1 - hp["dampening"])
+        return {
+            f"scaledLearningRate0___specific___{param_name}":
+            torch.tensor(scaled_lr / loss_scaling),
+            f"weightDecayScaleFactor0___specific___{param_name}":
+            torch.tensor(1 - scaled_lr * weight_decay),
+        }
+    return {
+        f"learningRate___specific___{param_name}": torch.tensor(lr),
+        f"weightDecay___specific___{param_name}": torch.tensor(weight_decay),
+    }
+
+
+def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", copy=True)
