@@ -1,2 +1,0 @@
-"""Under construction."""
-__all__ = []

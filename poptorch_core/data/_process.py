@@ -1,0 +1,191 @@
+"""Starting, watching and stopping an accessor's worker process.
+
+How each :class:`SharingStrategy` creates the worker and shares the ring:
+
+- ``ForkServer`` (default): forked from a fork server. The dataset is pickled
+  to the worker; the ring tensors are shared by passing file descriptors.
+  The fork server is asked to pre-import torch, so that each worker starts in
+  milliseconds rather than re-importing torch (about a second).
+- ``Fork``: plain ``fork``: nothing is pickled, so any dataset works, at the
+  usual risks of forking a process that runs threads.
+- ``SharedMemory``: ``spawn``, ring shared by file descriptors.
+- ``FileSystem``: ``spawn``, ring shared through named files
+  (torch's ``file_system`` strategy), for when file descriptors run out.
+
+Every worker is stopped by :meth:`WorkerProcess.stop`, which the owner calls;
+an ``atexit`` hook stops the ones still running when the interpreter exits
+(before ``multiprocessing`` joins its children, which would otherwise wait
+for ever on a worker that nobody told to stop).
+"""
+import atexit
+import dataclasses
+import multiprocessing
+import multiprocessing.util  # noqa: F401  (its atexit hook must come first)
+import os
+import signal
+import weakref
+from typing import Any, Optional, Tuple
+
+import torch.multiprocessing
+
+from ..enums import SharingStrategy
+from ..errors import createPoptorchError
+from .._logging import logger
+from . import _protocol as P
+from ._worker import worker_main
+
+__all__ = ["WorkerDied", "WorkerProcess"]
+
+_START_METHODS = {
+    SharingStrategy.SharedMemory: ("spawn", None),
+    SharingStrategy.FileSystem: ("spawn", "file_system"),
+    SharingStrategy.Fork: ("fork", None),
+    SharingStrategy.ForkServer: ("forkserver", None),
+}
+# Bound on how long a dead worker goes unnoticed while the consumer waits.
+_LIVENESS_INTERVAL_S = 0.05
+# A worker finishes the element it is loading before it reads STOP.
+_STOP_GRACE_S = 5.0
+_KILL_GRACE_S = 2.0
+
+_running: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
+
+
+class WorkerDied(Exception):
+    """The worker process exited without being asked to."""
+
+
+def _preload_torch_in_forkserver(context: Any) -> None:
+    # Private attribute, read defensively: the public setter replaces the
+    # list, and the user's own preloads must survive. It only has an effect
+    # if the fork server has not started yet.
+    from multiprocessing import forkserver  # pylint: disable=import-outside-toplevel
+    current = list(getattr(getattr(forkserver, "_forkserver", None),
+                           "_preload_modules", None) or ["__main__"])
+    wanted = current + [m for m in ("torch", "poptorch_core")
+                        if m not in current]
+    if wanted != current:
+        context.set_forkserver_preload(wanted)
+
+
+def _describe_exit(exitcode: Optional[int]) -> str:
+    if exitcode is None:
+        return "is not responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerProcess:
+    """The consumer's handle on one worker process.
+
+    Example::
+
+        >>> worker = WorkerProcess(dataset, config, SharingStrategy.Fork)
+        >>> message = worker.receive()     # (BUFFERS, template, slots)
+        >>> worker.stop()
+    """
+
+    def __init__(self, dataset: Any, config: P.WorkerConfig,
+                 strategy: SharingStrategy):
+        method, torch_strategy = _START_METHODS[SharingStrategy(strategy)]
+        context = torch.multiprocessing.get_context(method)
+        if method == "forkserver":
+            _preload_torch_in_forkserver(context)
+        own_end, worker_end = context.Pipe(duplex=True)
+        config = dataclasses.replace(
+            config, torch_sharing_strategy=torch_strategy,
+            default_start_method=(
+                multiprocessing.get_start_method(allow_none=True) or
+                multiprocessing.get_all_start_methods()[0]))
+        # Non-daemonic so that the dataset may use a torch DataLoader with
+        # worker processes of its own.
+        self._process = context.Process(
+            target=worker_main, name="AsynchronousDataAccessor",
+            args=(dataset, worker_end, config,
+                  own_end if method == "fork" else None),
+            daemon=False)
+        try:
+            self._process.start()
+        except Exception as error:
+            own_end.close()
+            worker_end.close()
+            raise createPoptorchError(
+                "The AsynchronousDataAccessor could not start its worker "
+                f"process with {SharingStrategy(strategy)!s}: {error}. Except "
+                "with SharingStrategy.Fork, the dataset is pickled to the "
+                "worker: make it picklable (no lambdas or local classes) or "
+                "use sharing_strategy=poptorch.SharingStrategy.Fork.") from error
+        # Only the worker may hold its end: end of file then means it died.
+        worker_end.close()
+        self._conn = own_end
+        self._owner_pid = os.getpid()
+        self._stopped = False
+        self.pid: int = self._process.pid
+        _running.add(self)
+        logger.debug("AsynchronousDataAccessor worker process: %d", self.pid)
+
+    def _died(self) -> WorkerDied:
+        self._process.join(_LIVENESS_INTERVAL_S)
+        return WorkerDied(f"The worker process (pid {self.pid}) "
+                          f"{_describe_exit(self._process.exitcode)}.")
+
+    def send(self, *message: Any) -> None:
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, EOFError, OSError):
+            raise self._died() from None
+
+    def receive(self) -> Tuple[Any, ...]:
+        """The next message; raises :class:`WorkerDied` if the worker exits
+        first (noticed within ``_LIVENESS_INTERVAL_S``)."""
+        while True:
+            try:
+                if self._conn.poll(_LIVENESS_INTERVAL_S):
+                    return self._conn.recv()
+            except (EOFError, OSError):
+                raise self._died() from None
+            # The pipe can outlive the worker in its own children (a torch
+            # DataLoader's workers), so end of file alone is not enough.
+            if not self._process.is_alive() and not self._conn.poll(0):
+                raise self._died()
+
+    def stop(self) -> None:
+        """Stops the worker: politely, then SIGTERM, then SIGKILL.
+        Idempotent; a no-op in processes that merely inherited the handle
+        through fork."""
+        if self._stopped or os.getpid() != self._owner_pid:
+            return
+        self._stopped = True
+        _running.discard(self)
+        try:
+            self._conn.send((P.STOP,))
+        except (OSError, ValueError):
+            pass  # already gone
+        self._process.join(_STOP_GRACE_S)
+        if self._process.is_alive():
+            logger.warning("AsynchronousDataAccessor worker process %d did "
+                           "not stop within %.0f s: terminating it.",
+                           self.pid, _STOP_GRACE_S)
+            self._process.terminate()
+            self._process.join(_KILL_GRACE_S)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(_KILL_GRACE_S)
+        self._conn.close()
+
+    def __del__(self):
+        if hasattr(self, "_stopped"):
+            self.stop()
+
+
+def _stop_all() -> None:
+    for worker in list(_running):
+        worker.stop()
+
+
+atexit.register(_stop_all)

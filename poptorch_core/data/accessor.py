@@ -1,0 +1,280 @@
+"""``AsynchronousDataAccessor``: load data in a worker process, ahead of use.
+
+The worker fills a ring of shared-memory buffers while the consumer (the
+training loop) uses the previous element, so data loading overlaps compute.
+"""
+from typing import Any, Optional
+
+import torch
+
+from ..enums import SharingStrategy
+from ..errors import Error, createPoptorchError
+from . import _protocol as P
+from ._batching import count_batches, samples_per_epoch
+from ._layout import ElementLayout
+from ._process import WorkerDied, WorkerProcess
+
+__all__ = ["AsynchronousDataAccessor"]
+
+_START_FAILED = ("AsynchronousDataAccessor worker thread failed to start "
+                 "(Check above for details)")
+_FETCHER_FAILED = "An error occurred in the data fetcher"
+
+
+class _DataFetcherError(Error, AssertionError):
+    """Loading failed in the worker process.
+
+    PopTorch raised an ``AssertionError`` here; this is also a
+    :class:`poptorch.Error`, so that either ``except`` clause catches it.
+    """
+
+
+def _fetcher_error(detail: str) -> _DataFetcherError:
+    return _DataFetcherError(f"{_FETCHER_FAILED}: {detail}",
+                             "poptorch_py_error")
+
+
+def _poptorch_loader_type() -> type:
+    from .loader import DataLoader  # pylint: disable=import-outside-toplevel
+    return DataLoader
+
+
+class AsynchronousDataAccessor:
+    """Iterates ``dataset`` in a worker process that stays ``buffer_size``
+    elements ahead.
+
+    Elements must be a tensor, a tuple or list of tensors, a dict of tensors
+    or a type registered with :func:`poptorch.registerCustomArgParser`, with
+    the shapes of the first element (the leading dimension may be shorter,
+    for a final partial batch).
+
+    The tensors returned alias the shared buffers: they are overwritten once
+    the next element is requested, so ``clone()`` what you keep.
+
+    Args:
+        dataset: a map-style dataset (read by index), an iterable dataset or
+            a DataLoader (iterated).
+        buffer_size: number of ring slots. The consumer holds one, so the
+            worker runs up to ``buffer_size - 1`` elements ahead.
+        miss_sleep_time_in_ms: kept for compatibility. Waiting is
+            event-driven (the worker signals through a pipe), so there is no
+            polling interval to tune.
+        load_indefinitely: at the end of an epoch, start loading the next one
+            straight away instead of waiting for ``iter()``.
+        early_preload: fill every slot before the first ``iter()``. If False,
+            only the first element is loaded until iteration starts.
+        sharing_strategy: how the worker is started and the buffers shared
+            (see :class:`poptorch.SharingStrategy`; ``Fork`` needs no
+            pickling of the dataset).
+        rebatched_size: re-batch the dataset's batches into batches of this
+            many rows (every tensor's dim 0). The final partial batch is kept
+            unless the dataset is a DataLoader with ``drop_last=True``.
+
+    Example::
+
+        >>> loader = torch.utils.data.DataLoader(dataset, batch_size=16)
+        >>> with poptorch.AsynchronousDataAccessor(loader) as accessor:
+        ...     for x, y in accessor:
+        ...         model(x, y)
+
+    Raises:
+        poptorch.Error: the worker could not start, the dataset is empty, or
+            (also an ``AssertionError``) loading failed later: the message
+            names the failing element and carries the worker's traceback.
+    """
+
+    def __init__(self,
+                 dataset: Any,
+                 buffer_size: int = 3,
+                 miss_sleep_time_in_ms: float = 0.1,
+                 load_indefinitely: bool = True,
+                 early_preload: bool = False,
+                 sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
+                 rebatched_size: Optional[int] = None):
+        self._worker: Optional[WorkerProcess] = None
+        self._internal: bool = getattr(self, "_internal", False)
+        if not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(
+                f"buffer_size must be a positive integer, got {buffer_size!r}")
+        if not isinstance(miss_sleep_time_in_ms, (int, float)) \
+                or miss_sleep_time_in_ms < 0:
+            raise ValueError("miss_sleep_time_in_ms must be a non-negative "
+                             f"number, got {miss_sleep_time_in_ms!r}")
+        if sharing_strategy not in list(SharingStrategy):
+            raise ValueError(
+                f"Unknown sharing_strategy {sharing_strategy!r}: use one of "
+                f"{[str(s) for s in SharingStrategy]}")
+        if rebatched_size is not None:
+            assert isinstance(rebatched_size, int) and rebatched_size > 1, (
+                f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
+                " (use None to keep the dataset's batches)")
+        self._drop_last = self._check_dataset(dataset, rebatched_size)
+        self._dataset = dataset
+        self._rebatched_size = rebatched_size
+        self._load_indefinitely = load_indefinitely
+        config = P.WorkerConfig(buffer_size=buffer_size,
+                                load_indefinitely=load_indefinitely,
+                                early_preload=early_preload,
+                                rebatched_size=rebatched_size,
+                                drop_last=self._drop_last)
+        self._generation = 0
+        self._held: Optional[int] = None  # slot the user's tensors alias
+        self._position = 0  # elements returned in this epoch
+        self._exhausted = False
+        self._failure: Optional[str] = None  # loading error of this epoch
+        self._dead: Optional[str] = None  # the worker died: permanent
+        self._started = early_preload
+        self._worker = WorkerProcess(dataset, config, sharing_strategy)
+        self._layout, self._slots = self._receive_buffers(rebatched_size)
+
+    @classmethod
+    def _for_loader(cls, loader: Any, **options: Any
+                    ) -> "AsynchronousDataAccessor":
+        """The accessor a ``poptorch.DataLoader`` builds for its Async
+        modes. The loader handles its own final partial batch and length,
+        so the checks meant for user-made accessors over it do not apply."""
+        accessor = cls.__new__(cls)
+        accessor._internal = True  # pylint: disable=protected-access
+        accessor.__init__(loader, **options)
+        return accessor
+
+    def _check_dataset(self, dataset: Any,
+                       rebatched_size: Optional[int]) -> bool:
+        """Validates a PopTorch DataLoader source; returns whether a final
+        partial re-batch must be dropped."""
+        if isinstance(dataset, _poptorch_loader_type()):
+            if dataset._accessor is not None:  # pylint: disable=protected-access
+                raise createPoptorchError(
+                    "The DataLoader already uses an AsynchronousDataAccessor "
+                    "internally. Either use the existing one or set "
+                    "mode='poptorch.DataLoaderMode.Sync' in the DataLoader.")
+            drop_last = dataset._drop_last  # pylint: disable=protected-access
+            assert self._internal or drop_last or \
+                rebatched_size is not None or \
+                (dataset.combinedBatchSize or 1) <= 1, (
+                    "The 'drop_last=False' option from the DataLoader only "
+                    "works if 'rebatched_size' is specified too.")
+            return drop_last
+        if isinstance(dataset, torch.utils.data.DataLoader):
+            return dataset.drop_last
+        return False
+
+    def _receive_buffers(self, rebatched_size: Optional[int]):
+        try:
+            message = self._worker.receive()
+        except WorkerDied as died:
+            self.terminate()
+            raise createPoptorchError(f"{_START_FAILED}\n{died}") from None
+        if message[0] == P.EMPTY:
+            self.terminate()
+            raise createPoptorchError("The Dataset is empty")
+        if message[0] == P.SETUP_FAILED:
+            self.terminate()
+            raise createPoptorchError(
+                f"{_START_FAILED}\n{message[1].describe()}")
+        _, template, slots = message
+        return ElementLayout(template, rebatched_size), slots
+
+    # -- iteration -------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self._dead is not None:
+            raise _fetcher_error(self._dead)
+        if self._worker is None:
+            raise createPoptorchError(
+                "This AsynchronousDataAccessor has been terminated: create a "
+                "new one to load more data.")
+
+    def _send(self, *message: Any) -> None:
+        try:
+            self._worker.send(*message)
+        except WorkerDied as died:
+            self._on_death(died)
+
+    def _on_death(self, died: WorkerDied) -> None:
+        self._dead = f"{died} No more data can be loaded."
+        self.terminate()
+        raise _fetcher_error(self._dead) from None
+
+    def _start(self) -> None:
+        if not self._started:
+            self._send(P.GO)
+            self._started = True
+
+    def _next_message(self) -> Any:
+        while True:
+            try:
+                message = self._worker.receive()
+            except WorkerDied as died:
+                self._on_death(died)
+            if message[1] == self._generation:
+                return message
+            # Otherwise it belongs to an epoch abandoned by a reset.
+
+    def __iter__(self) -> "AsynchronousDataAccessor":
+        self._check_alive()
+        fresh = self._position == 0 and not self._exhausted
+        continuing = self._exhausted and self._load_indefinitely
+        if self._failure is not None or not (fresh or continuing):
+            self._generation += 1
+            self._send(P.RESET, self._generation)
+            self._held = None
+            self._started = True
+        self._position = 0
+        self._exhausted = False
+        self._failure = None
+        self._start()
+        return self
+
+    def __next__(self) -> Any:
+        self._check_alive()
+        if self._failure is not None:
+            raise _fetcher_error(self._failure)
+        if self._exhausted:
+            raise StopIteration
+        self._start()
+        if self._held is not None:
+            self._send(P.RELEASE, self._generation, self._held)
+            self._held = None
+        message = self._next_message()
+        if message[0] == P.ITEM:
+            _, _, slot, lengths = message
+            self._held = slot
+            self._position += 1
+            return self._layout.rebuild(self._slots[slot], lengths)
+        if message[0] == P.END:
+            self._send(P.RELEASE, self._generation, message[2])
+            self._exhausted = True
+            raise StopIteration
+        _, _, details, original = message
+        self._failure = details.describe()
+        raise _fetcher_error(self._failure) from original
+
+    def __len__(self) -> int:
+        dataset = self._dataset
+        if self._rebatched_size is None or self._internal:
+            return len(dataset)
+        if not isinstance(dataset, torch.utils.data.DataLoader) or \
+                dataset.batch_size is None:
+            raise TypeError(
+                "The length of a re-batched dataset is only known for a "
+                "DataLoader with a batch_size.")
+        return count_batches(samples_per_epoch(dataset), self._rebatched_size,
+                             self._drop_last)
+
+    # -- shutdown --------------------------------------------------------
+    def terminate(self) -> None:
+        """Stops the worker process. Idempotent; also runs at interpreter
+        exit and when the accessor is garbage collected."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+
+    def __enter__(self) -> "AsynchronousDataAccessor":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.terminate()
+
+    def __del__(self):
+        if hasattr(self, "_worker"):
+            self.terminate()

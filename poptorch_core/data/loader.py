@@ -1,0 +1,268 @@
+"""``poptorch.DataLoader``: a torch DataLoader that yields whole host batches.
+
+A PopTorch model consumes ``batch_size x D x (R / g) x G`` samples per call
+(device iterations, replication factor over input group size, gradient
+accumulation). This loader asks torch for batches of that combined size, so
+each item it yields is exactly one call's input.
+"""
+from typing import Any, Dict, Iterator, Optional
+
+import torch
+
+from .._logging import logger
+from ..enums import DataLoaderMode
+from ..errors import createPoptorchError
+from ._batching import (combined_batch_generator, count_batches,
+                        num_batches_to_combine, samples_per_epoch)
+from ._partition import DistributedPartitionSampler
+from .accessor import AsynchronousDataAccessor
+
+__all__ = ["DataLoader"]
+
+
+def _options_type() -> type:
+    # options.py imports nothing from here; the lazy import keeps the data
+    # package importable on its own.
+    from ..options import Options  # pylint: disable=import-outside-toplevel
+    return Options
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader whose batches are PopTorch host batches.
+
+    Args:
+        options: the model's :class:`poptorch.Options`; they are frozen.
+        dataset: a map-style or iterable dataset.
+        batch_size: the micro-batch size (one replica, one iteration).
+            ``None`` disables batching: the dataset yields whole batches.
+        shuffle: reshuffle every epoch (globally and identically on every
+            process of a distributed run, which needs
+            ``options.randomSeed()``).
+        num_workers: torch DataLoader worker processes.
+        drop_last: drop a final incomplete combined batch (default True,
+            unlike torch: a model only accepts the batch size it was
+            compiled for).
+        persistent_workers: default ``num_workers > 0``.
+        auto_distributed_partitioning: with several processes
+            (``options.Distributed``), give each process its own contiguous
+            part of a map-style dataset.
+        mode: ``Sync`` loads in this process; ``Async`` in a worker process
+            through an :class:`AsynchronousDataAccessor`; ``AsyncRebatched``
+            likewise, with torch batches of ``rebatched_worker_size`` joined
+            into combined batches (an iterable dataset split over several
+            workers then loses at most one partial batch in all).
+        async_options: keyword arguments of the AsynchronousDataAccessor.
+        rebatched_worker_size: torch batch size with ``AsyncRebatched``
+            (default: the combined batch size).
+        batch_sampler: yields the indices of each micro-batch;
+            ``D x (R / g) x G`` consecutive batches are concatenated.
+        **kwargs: passed to ``torch.utils.data.DataLoader``.
+
+    Example::
+
+        >>> opts = poptorch.Options().deviceIterations(2).replicationFactor(2)
+        >>> loader = poptorch.DataLoader(opts, dataset, batch_size=3)
+        >>> loader.combinedBatchSize
+        12
+    """
+
+    def __init__(self,
+                 options: Any,
+                 dataset: Any,
+                 batch_size: Optional[int] = 1,
+                 shuffle: Optional[bool] = None,
+                 num_workers: int = 0,
+                 drop_last: bool = True,
+                 persistent_workers: Optional[bool] = None,
+                 auto_distributed_partitioning: bool = True,
+                 mode: DataLoaderMode = DataLoaderMode.Sync,
+                 async_options: Optional[Dict[str, Any]] = None,
+                 rebatched_worker_size: Optional[int] = None,
+                 batch_sampler: Optional[Any] = None,
+                 **kwargs: Any):
+        options_type = _options_type()
+        assert isinstance(options, options_type), (
+            f"options must be a poptorch.Options, got {type(options).__name__}")
+        options._freeze()  # pylint: disable=protected-access
+        self._options = options
+        self._accessor: Optional[AsynchronousDataAccessor] = None
+        mode = DataLoaderMode(mode)
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        self._num_batches_to_combine = num_batches_to_combine(options)
+        self._drop_last = drop_last
+        self._is_iterable = isinstance(dataset,
+                                       torch.utils.data.IterableDataset)
+        processes = options.Distributed.numProcesses
+        self._combine_sampler_batches = batch_sampler is not None
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle:
+                raise createPoptorchError(
+                    "`batch_sampler` option is mutually exclusive with "
+                    "batch_size, shuffle.")
+            if processes > 1 and auto_distributed_partitioning:
+                raise createPoptorchError(
+                    "`batch_sampler` option is mutually exclusive with "
+                    "auto_distributed_partitioning=True.")
+            batch_size = getattr(batch_sampler, "batch_size", None)
+        self._combined_batch_size = (
+            None if batch_size is None else
+            batch_size * self._num_batches_to_combine)
+        cbs = self._combined_batch_size
+
+        if self._is_iterable:
+            self._check_iterable(auto_distributed_partitioning, processes,
+                                 num_workers, kwargs)
+        elif processes > 1 and auto_distributed_partitioning:
+            shuffle = self._partition(len(dataset), shuffle, kwargs)
+        elif batch_sampler is None and not drop_last and cbs and \
+                len(dataset) % cbs:
+            self._warn_partial_batch(len(dataset))
+
+        # AsyncRebatched, or Async with a short final batch, joins torch
+        # batches into combined batches in the accessor's worker.
+        if mode == DataLoaderMode.AsyncRebatched and batch_sampler is not None:
+            raise ValueError(
+                "mode=DataLoaderMode.AsyncRebatched re-batches torch batches "
+                "of rebatched_worker_size samples, but a batch_sampler "
+                "decides the batches: use mode=DataLoaderMode.Async.")
+        self._rebatched = (cbs or 0) > 1 and batch_sampler is None and (
+            mode == DataLoaderMode.AsyncRebatched or
+            (mode == DataLoaderMode.Async and not drop_last))
+        torch_batch_size = 1 if batch_sampler is not None else cbs
+        # Without a torch batch size (a batch_sampler, or batch_size=None)
+        # torch rejects drop_last; combined groups apply it in __iter__.
+        torch_drop_last = drop_last and torch_batch_size is not None and \
+            batch_sampler is None
+        if self._rebatched:
+            torch_batch_size = rebatched_worker_size or cbs
+            assert torch_batch_size <= cbs, (
+                f"The rebatched_worker_size ({torch_batch_size}) must be <= "
+                f"to the combined batch size ({cbs})")
+            # Partial worker batches are joined; the accessor applies
+            # drop_last to the final combined batch.
+            torch_drop_last = False
+        elif rebatched_worker_size is not None and \
+                mode != DataLoaderMode.AsyncRebatched:
+            raise ValueError(
+                "rebatched_worker_size is only used with "
+                "mode=poptorch.DataLoaderMode.AsyncRebatched.")
+
+        super().__init__(dataset=dataset,
+                         batch_size=torch_batch_size,
+                         shuffle=shuffle,
+                         num_workers=num_workers,
+                         drop_last=torch_drop_last,
+                         persistent_workers=persistent_workers,
+                         batch_sampler=batch_sampler,
+                         **kwargs)
+
+        if mode != DataLoaderMode.Sync:
+            async_options = dict(async_options or {})
+            assert "rebatched_size" not in async_options, (
+                "The DataLoader sets the AsynchronousDataAccessor's "
+                "rebatched_size itself: use mode=DataLoaderMode."
+                "AsyncRebatched and rebatched_worker_size instead.")
+            if self._rebatched:
+                async_options["rebatched_size"] = cbs
+            self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
+                self, **async_options)
+
+    # -- construction helpers -------------------------------------------
+    def _check_iterable(self, auto_distributed_partitioning: bool,
+                        processes: int, num_workers: int,
+                        kwargs: Dict[str, Any]) -> None:
+        if auto_distributed_partitioning:
+            assert processes == 1, (
+                "auto_distributed_partitioning is not supported for an "
+                "IterableDataset: split the data between processes in the "
+                "dataset's __iter__ (see options.Distributed.processId and "
+                "numProcesses) and pass auto_distributed_partitioning=False.")
+        if num_workers > 1 and "worker_init_fn" not in kwargs:
+            logger.warning(
+                "IterableDataset used with num_workers=%d but no "
+                "worker_init_fn specified: as a result the DataLoader will "
+                "return %d times each element in the dataset (See "
+                "torch.utils.data.IterableDataset's documentation for more "
+                "information)", num_workers, num_workers)
+
+    def _partition(self, num_samples: int, shuffle: Optional[bool],
+                   kwargs: Dict[str, Any]) -> bool:
+        """Installs the per-process sampler; returns torch's ``shuffle``."""
+        opts = self._options
+        assert not shuffle or opts.exists("random_seed"), (
+            "When using auto_distributed_partitioning you must set "
+            "poptorch.Options.randomSeed() to ensure that tensors are in the "
+            "same order in all processes.")
+        assert self._combined_batch_size is not None, (
+            "batch_size=None not allowed when using "
+            "auto_distributed_partitioning.")
+        if shuffle and kwargs.get("sampler") is not None:
+            raise ValueError(
+                "sampler option is mutually exclusive with shuffle")
+        kwargs["sampler"] = DistributedPartitionSampler(
+            num_samples, self._combined_batch_size,
+            opts.Distributed.numProcesses, opts.Distributed.processId,
+            self._drop_last, opts.random_seed if shuffle else None,
+            kwargs.get("sampler"))
+        if not self._drop_last and \
+                len(kwargs["sampler"]) % self._combined_batch_size:
+            self._warn_partial_batch(len(kwargs["sampler"]))
+        return False
+
+    def _warn_partial_batch(self, num_samples: int) -> None:
+        logger.warning(
+            "The number of elements in the dataset (%d) is not divisible by "
+            "the number of elements processed per step (%d) and "
+            "drop_last=False: the last batch will only have %d elements, "
+            "which the model will reject unless it is compiled for them.",
+            num_samples, self._combined_batch_size,
+            num_samples % self._combined_batch_size)
+
+    # -- public API -----------------------------------------------------
+    @property
+    def combinedBatchSize(self) -> Optional[int]:
+        """Samples per yielded batch: ``batch_size x D x (R / g) x G``."""
+        return self._combined_batch_size
+
+    @property
+    def options(self) -> Any:
+        """The (frozen) :class:`poptorch.Options` of this loader."""
+        return self._options
+
+    def terminate(self) -> None:
+        """Stops the asynchronous worker, if any. Idempotent."""
+        if self._accessor is not None:
+            self._accessor.terminate()
+
+    def __len__(self) -> int:
+        if self._is_iterable and not hasattr(self.dataset, "__len__"):
+            raise TypeError(f"'{type(self.dataset).__name__}' has no len()")
+        if self._rebatched:
+            return count_batches(samples_per_epoch(self),
+                                 self._combined_batch_size, self._drop_last)
+        if self._combine_sampler_batches:
+            return count_batches(len(self.batch_sampler),
+                                 self._num_batches_to_combine,
+                                 self._drop_last)
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._accessor is not None:
+            return iter(self._accessor)
+        batches = super().__iter__()
+        if self._combine_sampler_batches:
+            return combined_batch_generator(
+                batches, self._num_batches_to_combine, self._drop_last)
+        return batches
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # The accessor's worker receives a pickled copy of the loader and
+        # iterates it synchronously.
+        state = self.__dict__.copy()
+        state["_accessor"] = None
+        return state
+
+    def __del__(self):
+        if self.__dict__.get("_accessor") is not None:
+            self.terminate()
