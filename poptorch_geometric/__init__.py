@@ -1,0 +1,56 @@
+"""PopTorch Geometric on a simulated IPU: fixed-size batching of PyG graphs.
+
+Every batch is padded to the same number of graphs, nodes and edges, which
+is what an IPU needs and what lets ``torch.compile`` or CUDA graphs compile
+once. Importing the package registers the PyG argument parsers with PopTorch,
+so ``Data``, ``HeteroData`` and ``Batch`` objects are valid model inputs.
+
+Example::
+
+    >>> import poptorch_geometric as pyg_ipu
+    >>> from poptorch_geometric.datasets import SyntheticMolecules
+    >>> ds = SyntheticMolecules(100)
+    >>> opts = pyg_ipu.FixedSizeOptions.for_packing(ds, graphs_per_batch=16)
+    >>> loader = pyg_ipu.FixedSizeDataLoader(
+    ...     ds, batch_size=16, fixed_size_options=opts,
+    ...     fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack)
+    >>> {b.x.shape[0] for b in loader} == {opts.num_nodes}
+    True
+"""
+from .collate import (CombinedBatchingCollater, FixedSizeCollater,
+                      make_exclude_keys)
+from .common import DataBatch, HeteroDataBatch, call_once
+from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
+                         OverSizeStrategy)
+from .efficiency import BatchingEfficiency, batching_efficiency
+from .fixed_size_options import FixedSizeOptions
+from .stream_packing_sampler import StreamPackingSampler
+from .types import PyGArgsParser, registerCustomArgParsers
+
+# The build replaces the template, as upstream.
+__version__ = "@VERSION@-@SNAPSHOT@"
+
+# Later modules (training utilities, the PyG op overrides) add their names
+# here and to the imports above.
+__all__ = [
+    "__version__",
+    "FixedSizeDataLoader",
+    "FixedSizeOptions",
+    "FixedSizeStrategy",
+    "make_exclude_keys",
+    "OverSizeStrategy",
+    "PyGArgsParser",
+    # Also public in this reimplementation:
+    "BatchingEfficiency",
+    "batching_efficiency",
+    "CombinedBatchingCollater",
+    "DataBatch",
+    "DataLoader",
+    "FixedSizeCollater",
+    "HeteroDataBatch",
+    "StreamPackingSampler",
+    "call_once",
+    "registerCustomArgParsers",
+]
+
+registerCustomArgParsers()

@@ -1,0 +1,182 @@
+"""Vectorised collation of real graphs plus their padding into one batch.
+
+The result is bit-identical to ``Batch.from_data_list(real + padding
+graphs)`` (the reference path), including ``_slice_dict``, ``_inc_dict`` and
+``_num_graphs``, so ``get_example`` and ``to_data_list`` work on it. What
+makes it fast: per-graph Python work is limited to gathering tensors and
+sizes; then there is one ``torch.cat`` per attribute written straight into a
+preallocated output, the padding block is one ``fill_``, and index offsets
+come from one cumulative sum of the node counts expanded by one
+``repeat_interleave``. PyG instead adds the offset graph by graph and builds
+the batch vector from one ``torch.full`` per graph.
+
+Only homogeneous ``Data`` lists of dense CPU tensors and plain Python values
+are handled; :func:`fast_collate` returns ``None`` for anything else
+(``HeteroData``, ``Data`` subclasses with their own ``__inc__`` or
+``__cat_dim__``, sparse, nested or ``Index`` tensors, nested dicts or lists
+of tensors, attributes with ``"batch"`` in their name) and the caller takes
+the reference path.
+"""
+from collections.abc import Mapping, Sequence
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+from torch_geometric.typing import TensorFrame
+from torch_geometric.utils import cumsum
+
+from ._columns import Columns
+from ._padding import AttrSpec, Level, PaddingPlan, share_sizes
+
+__all__: List[str] = []
+
+_CPU = torch.device("cpu")
+
+
+def _column_ok(column: List[Any]) -> bool:
+    """True when PyG batches ``column`` the plain way: dense CPU tensors
+    of one dtype concatenated, or Python values listed / made a tensor."""
+    v0 = column[0]
+    if isinstance(v0, Tensor):
+        dtype = v0.dtype
+        return (v0.layout == torch.strided and v0.device == _CPU
+                and not v0.is_nested
+                and all(type(v) is Tensor and v.dtype == dtype
+                        and not v.requires_grad for v in column))
+    if isinstance(v0, (Mapping, TensorFrame)):
+        return False
+    return not (isinstance(v0, Sequence) and not isinstance(v0, str)
+                and len(v0) > 0 and isinstance(v0[0], Tensor))
+
+
+def _gather(columns: Columns, keys: List[str]) -> bool:
+    """True when every kept attribute can take the fast path."""
+    for key in keys:
+        if "batch" in key:
+            return False
+        try:
+            column = columns.column(key)
+        except KeyError:
+            return False  # PyG raises its own error on the reference path
+        if not _column_ok(column):
+            return False
+    return True
+
+
+class _Offsets:
+    """Node offsets of every graph (real and padding), computed once."""
+
+    def __init__(self, node_counts: List[int]) -> None:
+        self.counts = torch.tensor(node_counts)
+        self.ptr = cumsum(self.counts)
+        self.num_graphs = len(node_counts)
+        # PyG's increments are ``cumsum(repeats[:-1])``: the ptr without its
+        # end; it adds them only when the last one is non-zero.
+        self.active = int(self.ptr[-2]) != 0 if self.num_graphs else False
+
+    def incs(self, incremented: bool) -> Tensor:
+        if incremented:
+            return self.ptr[:-1].clone()
+        return torch.zeros(self.num_graphs, dtype=torch.long)
+
+
+def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
+                    offsets: _Offsets):
+    column = columns.column(spec.key)
+    v0 = column[0]
+    if spec.cat_dim is None:  # 0-dim: one entry per graph, as PyG unsqueezes
+        dim, real_sizes = 0, [1] * len(column)
+        column = [v.unsqueeze(0) for v in column]
+    else:
+        dim = spec.cat_dim % v0.dim()
+        real_sizes = columns.sizes(spec.key, dim)
+    sizes = torch.tensor(real_sizes + pad_sizes)
+    num_real = sum(real_sizes)
+    shape = list(column[0].shape)
+    shape[dim] = num_real + sum(pad_sizes)
+    out = torch.empty(shape, dtype=v0.dtype)
+    torch.cat(column, dim=dim, out=out.narrow(dim, 0, num_real))
+    out.narrow(dim, num_real, shape[dim] - num_real).fill_(spec.fill)
+
+    incs = offsets.incs(spec.incremented)
+    if spec.incremented and offsets.active:
+        # One offset per element along ``dim``, broadcast over the others;
+        # the dtype follows PyG's ``value + 0-dim int64 tensor``.
+        per_element = torch.repeat_interleave(incs, sizes)
+        view = [1] * out.dim()
+        view[dim] = -1
+        dtype = torch.result_type(v0, incs[0])
+        per_element = per_element.to(dtype).view(view)
+        out = out.add_(per_element) if dtype == out.dtype \
+            else out.to(dtype) + per_element
+    return out, cumsum(sizes), incs
+
+
+def _collate_values(spec: AttrSpec, column: List[Any], num_pad: int,
+                    offsets: _Offsets):
+    values = column + [spec.fill] * num_pad
+    slices = torch.arange(len(values) + 1)
+    if not isinstance(column[0], (int, float)):
+        return values, slices, None
+    value = torch.tensor(values)
+    incs = offsets.incs(spec.incremented)
+    if int(incs[-1]) != 0:
+        value.add_(incs)
+    return value, slices, incs
+
+
+def fast_collate(data_list: List[Data], columns: Optional[Columns],
+                 plan: PaddingPlan, node_counts: List[int],
+                 follow_batch: List[str],
+                 exclude_keys: List[str]) -> Optional[Batch]:
+    """``Batch.from_data_list(data_list + padding graphs of plan)`` built
+    without the padding graphs, or None when unsupported (see the module
+    docstring). ``columns`` are ``data_list``'s (None when not plain
+    ``Data``) and ``node_counts`` the real graphs' node counts."""
+    if plan.hetero or columns is None:
+        return None
+    specs = {spec.key: spec for spec in plan.specs[None]}
+    first = data_list[0]._store
+    keys = [k for k in first._mapping if k in specs or
+            (k == "num_nodes" and k not in exclude_keys)]
+    if not _gather(columns, keys):
+        return None
+
+    shares = plan.node_shares[None]
+    offsets = _Offsets(node_counts + shares)
+    out = Batch(_base_cls=Data)
+    out_store = out._store
+    slice_dict: Dict[str, Any] = {}
+    inc_dict: Dict[str, Any] = {}
+    for key in keys:
+        column = columns.column(key)
+        if key == "num_nodes":
+            values = column + shares
+            out_store._num_nodes = values
+            out_store.num_nodes = sum(values)
+            continue
+        spec = specs[key]
+        if spec.level is Level.OTHER:
+            value, slices, incs = _collate_values(spec, column,
+                                                  plan.num_pad_graphs, offsets)
+        else:
+            value, slices, incs = _collate_tensor(
+                spec, columns, share_sizes(plan, None, spec), offsets)
+        out_store[key] = value
+        slice_dict[key] = slices
+        inc_dict[key] = incs
+        if key in follow_batch:
+            repeats = slices[1:] - slices[:-1]
+            out_store[f"{key}_batch"] = torch.repeat_interleave(
+                torch.arange(len(repeats)), repeats)
+            out_store[f"{key}_ptr"] = cumsum(repeats)
+
+    if first.can_infer_num_nodes:
+        out_store.batch = torch.repeat_interleave(
+            torch.arange(offsets.num_graphs), offsets.counts)
+        out_store.ptr = offsets.ptr
+    out._num_graphs = offsets.num_graphs
+    out._slice_dict = slice_dict
+    out._inc_dict = inc_dict
+    return out

@@ -1,0 +1,113 @@
+"""Stream-packing arithmetic on graph sizes alone: how many batches greedy
+packing makes, and the budgets that make it waste the fewest slots.
+
+:func:`count_packed_batches` replays :class:`StreamPackingSampler`'s greedy
+rule with NumPy, one window of at most ``max_graphs`` graphs per batch, so
+budgets can be searched without loading a single graph again.
+
+Example (sizes 3, 5, 2, 4, 6, 1, 3 nodes, 3 graphs and 9 nodes per batch)::
+
+    >>> import numpy as np
+    >>> sizes = np.array([3, 5, 2, 4, 6, 1, 3])
+    >>> count_packed_batches(sizes, sizes * 0 + 1, 3, 9, 10)
+    4
+"""
+import math
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__: list = []
+
+
+def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
+                         max_graphs: int, max_nodes: int,
+                         max_edges: int) -> Optional[int]:
+    """Batches :class:`StreamPackingSampler` makes from graphs of these
+    sizes in this order, or None when a graph fits no batch."""
+    # A batch of c graphs respects the padding-room rule iff
+    # sum(nodes - 1) <= max_nodes - max_graphs (and likewise for edges) and
+    # c <= max_graphs, checked after each addition: prefix sums of
+    # ``size - 1`` turn the rule into one comparison per graph.
+    node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
+    if node_room < 0 or edge_room < 0:
+        return None
+    prefix_n = np.concatenate([[0], np.cumsum(nodes - 1)])
+    prefix_e = np.concatenate([[0], np.cumsum(edges - 1)])
+    total, start, batches = len(nodes), 0, 0
+    while start < total:
+        stop = min(start + max_graphs, total)
+        fits = ((prefix_n[start + 1:stop + 1] - prefix_n[start] <= node_room)
+                & (prefix_e[start + 1:stop + 1] - prefix_e[start]
+                   <= edge_room))
+        if not fits[0]:
+            return None
+        taken = len(fits) if fits.all() else int(np.argmin(fits))
+        start += taken
+        batches += 1
+    return batches
+
+
+def _edge_budget(num_nodes: int, ratio: float, min_edges: int) -> int:
+    return max(math.ceil(ratio * num_nodes), min_edges)
+
+
+def _smallest_node_budget(nodes: np.ndarray, edges: np.ndarray,
+                          num_graphs: int, ratio: float, min_nodes: int,
+                          min_edges: int, num_batches: int,
+                          high: int) -> int:
+    """The smallest node budget (edges following by ``ratio``) that packs
+    the graphs into at most ``num_batches`` batches; ``high`` must work."""
+    low = max(min_nodes, math.ceil(int(nodes.sum()) / num_batches))
+    while low < high:
+        mid = (low + high) // 2
+        count = count_packed_batches(
+            nodes, edges, num_graphs - 1, mid - 1,
+            _edge_budget(mid, ratio, min_edges) - 1)
+        if count is not None and count <= num_batches:
+            high = mid
+        else:
+            low = mid + 1
+    return high
+
+
+def packing_budget(nodes: Sequence[int], edges: Sequence[int],
+                   num_graphs: int) -> Tuple[int, int]:
+    """Node and edge budgets for stream packing graphs of these sizes into
+    batches of ``num_graphs`` graph slots (one reserved for padding).
+
+    The rule: the edge budget is the node budget times the dataset's
+    edges-per-node ratio (so both fill together) and both leave room for
+    the largest graph plus the padding graph. For a candidate number of
+    batches ``B`` (from the fewest the graph slots allow, ``ceil(len /
+    (num_graphs - 1))``, to twice that) the node budget is the smallest with
+    which greedy packing in dataset order needs at most ``B`` batches; the
+    ``B`` whose budgets give the highest slot efficiency (real over
+    allocated nodes and edges, the lower of the two) wins.
+    """
+    n = np.asarray(nodes, dtype=np.int64)
+    e = np.asarray(edges, dtype=np.int64)
+    if n.size == 0:
+        raise ValueError("Cannot derive packing budgets from an empty "
+                         "dataset.")
+    ratio = float(e.sum()) / max(float(n.sum()), 1.0)
+    # Room for the largest graph alone plus a node/edge per other slot.
+    min_nodes = int(n.max()) + num_graphs - 1
+    min_edges = int(e.max()) + num_graphs - 1
+    fewest = math.ceil(n.size / (num_graphs - 1))
+    # With this many nodes the graph slots always bind first.
+    high = max(min_nodes, (num_graphs - 1) * int(n.max()) + num_graphs,
+               math.ceil((min_edges + 1) / max(ratio, 1e-9)))
+    step = max(1, fewest // 64)  # every B for small datasets
+    best = None
+    for batches in range(fewest, 2 * fewest + 1, step):
+        num_nodes = _smallest_node_budget(n, e, num_graphs, ratio, min_nodes,
+                                          min_edges, batches, high)
+        num_edges = _edge_budget(num_nodes, ratio, min_edges)
+        count = count_packed_batches(n, e, num_graphs - 1, num_nodes - 1,
+                                     num_edges - 1)
+        efficiency = min(n.sum() / (count * num_nodes),
+                         e.sum() / (count * num_edges) if e.any() else 1.0)
+        if best is None or efficiency > best[0]:
+            best = (efficiency, num_nodes, num_edges)
+    return best[1], best[2]

@@ -1,0 +1,140 @@
+"""Random trimming of graphs that overflow a node or edge budget.
+
+Trimming removes randomly chosen nodes (with their edges) or edges until the
+batch fits, but first protects one random element of every non-empty graph,
+so trimming never empties a graph. It uses the global torch RNG.
+
+Example::
+
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> slices, keep = create_slices_and_preserve_mask(4, [3, 3])
+    >>> slices, int(keep.sum()), [int(keep[s].sum()) > 0 for s in slices]
+    ([slice(0, 3, None), slice(3, 6, None)], 4, [True, True])
+"""
+import dataclasses
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+__all__ = ["create_slices_and_preserve_mask", "TrimCounts"]
+
+
+@dataclasses.dataclass
+class TrimCounts:
+    """What trimming removed so far: ``graphs`` counts each time a graph
+    was cut down, ``nodes`` and ``edges`` the elements removed."""
+    graphs: int = 0
+    nodes: int = 0
+    edges: int = 0
+
+    def add(self, graphs: int, nodes: int = 0, edges: int = 0) -> None:
+        self.graphs += graphs
+        self.nodes += nodes
+        self.edges += edges
+
+
+def create_slices_and_preserve_mask(
+        max_num: int, counts: Sequence[int]
+) -> Tuple[Optional[List[slice]], Optional[Tensor]]:
+    """Chooses which of ``sum(counts)`` elements to keep so that at most
+    ``max_num`` remain, keeping at least one of every non-empty graph.
+
+    Returns the slice of each graph's elements in the concatenation and the
+    boolean keep-mask over the concatenation, or ``(None, None)`` when
+    nothing needs to go.
+
+    Raises:
+        RuntimeError: ``max_num`` is smaller than the number of non-empty
+            graphs, so some graph would be emptied.
+    """
+    total = sum(counts)
+    if total < max_num:
+        return None, None
+    counts_t = torch.tensor(list(counts), dtype=torch.long)
+    offsets = torch.cumsum(counts_t, 0) - counts_t
+    slices = [slice(int(o), int(o) + int(c))
+              for o, c in zip(offsets.tolist(), counts)]
+    nonempty = counts_t > 0
+    num_protected = int(nonempty.sum())
+    if max_num < num_protected:
+        raise RuntimeError(
+            f"Cannot trim {num_protected} non-empty graph(s) to {max_num} "
+            "element(s) without emptying a graph; increase the budget.")
+    protected = torch.zeros(total, dtype=torch.bool)
+    picks = (torch.rand(num_protected) *
+             counts_t[nonempty].to(torch.float)).long()
+    protected[offsets[nonempty] + picks] = True
+    keep = torch.ones(total, dtype=torch.bool)
+    candidates = torch.nonzero(~protected).view(-1)
+    drop = candidates[torch.randperm(candidates.numel())[:total - max_num]]
+    keep[drop] = False
+    return slices, keep
+
+
+def prune_nodes(data_list: List[Data], counts: Sequence[int],
+                max_num: int) -> List[Data]:
+    """Random induced subgraphs of ``data_list`` with ``max_num`` nodes in
+    all (incident edges go with their nodes)."""
+    if max_num < len(data_list):
+        raise RuntimeError(
+            f"Cannot trim {len(data_list)} graph(s) to {max_num} node(s): "
+            "every graph keeps at least one node. Increase num_nodes in "
+            "FixedSizeOptions or put fewer graphs in a batch.")
+    slices, keep = create_slices_and_preserve_mask(max_num, counts)
+    if slices is None:
+        return data_list
+    return [d if bool(keep[s].all()) else d.subgraph(keep[s])
+            for d, s in zip(data_list, slices)]
+
+
+def prune_edges(data_list: List[Data], counts: Sequence[int],
+                max_num: int) -> List[Data]:
+    """Random edge subgraphs of ``data_list`` with ``max_num`` edges in all;
+    every node is kept."""
+    slices, keep = create_slices_and_preserve_mask(max_num, counts)
+    if slices is None:
+        return data_list
+    return [d if bool(keep[s].all()) else d.edge_subgraph(keep[s])
+            for d, s in zip(data_list, slices)]
+
+
+def prune_hetero_nodes(data_list: List[HeteroData],
+                       counts: Dict[Hashable, List[int]],
+                       max_num: Dict[Hashable, int]) -> List[HeteroData]:
+    """:func:`prune_nodes` for every node type whose budget overflows."""
+    subsets: List[Dict[Hashable, Tensor]] = [{} for _ in data_list]
+    for node_type, type_counts in counts.items():
+        if sum(type_counts) <= max_num[node_type]:
+            continue
+        if max_num[node_type] < len(data_list):
+            raise RuntimeError(
+                f"Cannot trim {len(data_list)} graph(s) to "
+                f"{max_num[node_type]} node(s) of type '{node_type}': every "
+                "graph keeps at least one node. Increase num_nodes in "
+                "FixedSizeOptions or put fewer graphs in a batch.")
+        slices, keep = create_slices_and_preserve_mask(max_num[node_type],
+                                                       type_counts)
+        for subset, s in zip(subsets, slices):
+            subset[node_type] = keep[s]
+    return [d.subgraph(subset) if subset else d
+            for d, subset in zip(data_list, subsets)]
+
+
+def prune_hetero_edges(data_list: List[HeteroData],
+                       counts: Dict[Hashable, List[int]],
+                       max_num: Dict[Hashable, int]) -> List[HeteroData]:
+    """:func:`prune_edges` for every edge type whose budget overflows."""
+    subsets: List[Dict[Hashable, Tensor]] = [{} for _ in data_list]
+    for edge_type, type_counts in counts.items():
+        if sum(type_counts) <= max_num[edge_type]:
+            continue
+        slices, keep = create_slices_and_preserve_mask(max_num[edge_type],
+                                                       type_counts)
+        for subset, s in zip(subsets, slices):
+            subset[edge_type] = keep[s]
+    return [d.edge_subgraph(subset) if subset else d
+            for d, subset in zip(data_list, subsets)]
+

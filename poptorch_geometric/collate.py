@@ -1,0 +1,352 @@
+"""Fixed-size collation: real graphs padded to a fixed number of graphs,
+nodes and edges, so every batch has the same shapes.
+
+Example::
+
+    >>> import torch
+    >>> from torch_geometric.data import Data
+    >>> from poptorch_geometric import FixedSizeOptions
+    >>> graphs = [Data(x=torch.ones(n, 4), edge_index=torch.zeros(2, 2).long(),
+    ...                y=torch.ones(1)) for n in (3, 2)]
+    >>> collater = FixedSizeCollater(FixedSizeOptions(9, 11, 5),
+    ...                              add_masks_to_batch=True)
+    >>> batch = collater(graphs)
+    >>> batch.x.shape, batch.edge_index.shape, batch.y.shape
+    (torch.Size([9, 4]), torch.Size([2, 11]), torch.Size([5]))
+    >>> batch.graphs_mask.tolist()
+    [True, True, False, False, False]
+"""
+import enum
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
+
+import torch
+from torch_geometric.data import Batch, HeteroData
+from torch_geometric.data.data import BaseData
+
+from poptorch_core._logging import logger
+
+from ._budget import BatchRoom
+from ._columns import Columns
+from ._classify import homogeneous_specs, hetero_specs
+from ._fast_collate import fast_collate
+from ._padding import Level, make_padding_graphs
+from ._trim import (TrimCounts, prune_edges, prune_hetero_edges,
+                    prune_hetero_nodes, prune_nodes)
+from .fixed_size_options import FixedSizeOptions
+from .pyg_collate import Collater
+from .types import PyGArgsParser
+
+__all__ = ["make_exclude_keys", "FixedSizeCollater",
+           "CombinedBatchingCollater"]
+
+
+def make_exclude_keys(include_keys: List[str] | Tuple[str, ...],
+                      data: BaseData) -> Tuple[str, ...]:
+    """The keys of ``data`` not in ``include_keys`` (in no fixed order), to
+    pass as ``exclude_keys``.
+
+    Example::
+
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> make_exclude_keys(["x"], Data(x=torch.ones(1), y=torch.ones(1)))
+        ('y',)
+    """
+    return tuple(set(data.keys()) - set(include_keys))
+
+
+class FixedSizeCollater(Collater):
+    """Collates a list of graphs into one batch padded to the sizes of
+    ``fixed_size_options``.
+
+    Padding graphs come after the real graphs and take the remaining graph
+    slots; padding nodes and edges are shared evenly among them (larger
+    shares first) and padding edges are self-loops on their padding graph's
+    first node. Node and edge features of padding are ``node_pad_value`` /
+    ``edge_pad_value``, graph-level tensors ``graph_pad_value``; non-tensor
+    graph attributes take ``pad_graph_defaults[key]`` or the first graph's
+    value.
+
+    Deviations from upstream PopTorch Geometric, on purpose:
+
+    * when the real graphs fill the node and edge budgets exactly, padding
+      graphs without nodes or edges are still added, so graph-level tensors
+      (``y``, ``ptr``, ``graphs_mask``, ...) always have ``num_graphs``
+      entries and every shape stays fixed;
+    * padding edges only go to padding graphs that have a node; when the
+      real graphs fill every node slot but edges need padding this raises
+      instead of emitting indices past the last node; trimming nodes leaves
+      one node for padding when there is room;
+    * attribute levels are decided over the whole batch, and hetero masks
+      are exact per store;
+    * trimmed graphs, nodes and edges are counted in :attr:`trimmed` and
+      logged.
+
+    Batches are built by a vectorised fast path that gives bit-identical
+    results to the reference path (``Batch.from_data_list`` over the real
+    and padding graphs); ``HeteroData`` and unusual attributes take the
+    reference path. ``fast_path=False`` forces the reference path.
+
+    Args:
+        fixed_size_options: the sizes to pad to.
+        add_masks_to_batch: add ``graphs_mask``, ``nodes_mask`` and
+            ``edges_mask`` (bool, True for real entries).
+        trim_nodes: randomly remove nodes of over-size batches instead of
+            raising.
+        trim_edges: randomly remove edges of over-size batches instead of
+            raising.
+        follow_batch: keys that get a ``<key>_batch`` assignment vector.
+        exclude_keys: keys left out of the batch.
+    """
+
+    class LabelsType(enum.Enum):
+        """Whether the labels ``y`` are per graph or per node."""
+        GRAPH_LVL = 0
+        NODE_LVL = 1
+
+    def __init__(self,
+                 fixed_size_options: FixedSizeOptions,
+                 add_masks_to_batch: bool = False,
+                 trim_nodes: bool = False,
+                 trim_edges: bool = False,
+                 follow_batch: Optional[List[str]] = None,
+                 exclude_keys: Optional[List[str]] = None,
+                 *,
+                 fast_path: bool = True) -> None:
+        super().__init__(follow_batch=follow_batch, exclude_keys=exclude_keys)
+        self.opts = fixed_size_options
+        self.add_masks_to_batch = add_masks_to_batch
+        self.trim_nodes = trim_nodes
+        self.trim_edges = trim_edges
+        self.fast_path = fast_path
+        self.labels_type: Optional[FixedSizeCollater.LabelsType] = None
+        #: Graphs, nodes and edges removed by trimming so far.
+        self.trimmed = TrimCounts()
+        # Attribute levels of earlier batches, for batches that cannot tell.
+        self._levels: Dict[str, Level] = {}
+        self._warned_trim = False
+
+    def __call__(self, data_list: List[BaseData]) -> Batch:
+        if not isinstance(data_list, list):
+            raise TypeError(f"Expected list, got {type(data_list).__name__}.")
+        if not data_list:
+            raise ValueError("FixedSizeCollater got an empty list: a batch "
+                             "needs at least one real graph.")
+        first = data_list[0]
+        hetero = isinstance(first, HeteroData)
+        if hetero and not self.opts.is_hetero():
+            self.opts.to_hetero(first.node_types, first.edge_types)
+        assert all(type(d) is type(first) for d in data_list), (
+            "All graphs of a batch must have the same type, got "
+            f"{sorted({type(d).__name__ for d in data_list})}.")
+        room = BatchRoom.measure(data_list, self.opts)
+        columns = None if hetero else Columns.of(data_list)
+        if not hetero:
+            self._detect_labels_type(data_list, columns,
+                                     room.nodes[None].counts)
+
+        num_graphs = len(data_list)
+        num_pad_graphs = self.opts.num_graphs - num_graphs
+        if num_pad_graphs < 0:
+            raise RuntimeError(
+                f"The fixed size of {self.opts.num_graphs} graph(s) cannot "
+                f"hold the {num_graphs} graph(s) received: a batch holds at "
+                "most num_graphs - 1 real graphs plus one padding graph. "
+                "Increase num_graphs in FixedSizeOptions or pass fewer "
+                "graphs.")
+
+        if self.trim_nodes and room.overflows("nodes"):
+            data_list = self._trim(data_list, room, "nodes", num_pad_graphs)
+            room = BatchRoom.measure(data_list, self.opts)
+        if self.trim_edges and room.overflows("edges"):
+            data_list = self._trim(data_list, room, "edges", num_pad_graphs)
+            room = BatchRoom.measure(data_list, self.opts)
+        room.check_fits(num_graphs, self.opts.num_graphs)
+        if columns is not None and columns.mappings[0] is not \
+                data_list[0]._store._mapping:  # trimmed: new graphs
+            columns = Columns.of(data_list)
+
+        exclude = self.exclude_keys or []
+        if hetero:
+            specs = hetero_specs(data_list,
+                                 {t: r.counts for t, r in room.nodes.items()},
+                                 {t: r.counts for t, r in room.edges.items()},
+                                 self.opts, exclude)
+        else:
+            specs = {None: homogeneous_specs(
+                data_list, columns, room.nodes[None].counts,
+                room.edges[None].counts, self.opts, exclude, self._y_level(),
+                self._levels)}
+        plan = room.plan(specs, num_pad_graphs, hetero)
+
+        batch = None
+        if self.fast_path and not hetero:
+            batch = fast_collate(data_list, columns, plan,
+                                 room.nodes[None].counts, self.follow_batch,
+                                 exclude)
+        if batch is None:
+            batch = Batch.from_data_list(
+                data_list + make_padding_graphs(plan),
+                follow_batch=self.follow_batch, exclude_keys=exclude)
+        if self.add_masks_to_batch:
+            self._add_masks(batch, room, num_graphs, hetero)
+        return batch
+
+    def _y_level(self) -> Optional[Level]:
+        if self.labels_type is None:
+            return None
+        return Level.NODE if self.labels_type is self.LabelsType.NODE_LVL \
+            else Level.GRAPH
+
+    def _detect_labels_type(self, data_list: List[BaseData],
+                            columns: Optional[Columns],
+                            node_counts: List[int]) -> None:
+        """Decides whether ``y`` is per graph or per node; a batch that
+        cannot tell (every graph has one node) keeps the earlier answer."""
+        if "y" not in data_list[0]:
+            return
+        ys = columns.column("y") if columns is not None \
+            else [d.y for d in data_list]
+        if any(y.dim() == 0 for y in ys):
+            self.labels_type = self.LabelsType.GRAPH_LVL
+            return
+        rows = [y.shape[0] for y in ys]
+        per_node = rows == node_counts
+        per_graph = all(r == 1 for r in rows)
+        if per_node != per_graph:
+            self.labels_type = self.LabelsType.NODE_LVL if per_node \
+                else self.LabelsType.GRAPH_LVL
+            return
+        assert per_node and self.labels_type is not None, (
+            "Incorrect input data: the labels y must be graph-level "
+            "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
+            "num_nodes for every graph); got rows "
+            f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
+
+    def _trim(self, data_list: List[BaseData], room: BatchRoom, kind: str,
+              num_pad_graphs: int) -> List[BaseData]:
+        rooms = room.nodes if kind == "nodes" else room.edges
+        limits = {}
+        for t, r in rooms.items():
+            limits[t] = r.limit
+            # Leave a padding node so padding edges have a home.
+            if kind == "nodes" and num_pad_graphs > 0 and \
+                    r.limit - 1 >= len(data_list):
+                limits[t] = r.limit - 1
+        if kind == "nodes":
+            trimmed = self._prune_nodes(data_list, limits)
+        else:
+            trimmed = self._prune_edges(data_list, limits)
+        changed = sum(a is not b for a, b in zip(data_list, trimmed))
+        after = BatchRoom.measure(trimmed, self.opts)
+        removed = sum(r.real for r in rooms.values()) - sum(
+            r.real for r in (after.nodes if kind == "nodes"
+                             else after.edges).values())
+        self.trimmed.add(changed, **{kind: removed})
+        # Warn once per collater: loaders that trim by default would flood
+        # the log; the running totals stay in ``self.trimmed``.
+        log = logger.debug if self._warned_trim else logger.warning
+        self._warned_trim = True
+        log("FixedSizeCollater trimmed %d %s from %d of %d graph(s) to fit "
+            "the fixed size (further trims are logged at debug level; "
+            "FixedSizeCollater.trimmed keeps the totals).", removed, kind,
+            changed, len(data_list))
+        return trimmed
+
+    def _limits(self, limits: Optional[Dict[Hashable, int]], kind: str,
+                data_list: List[BaseData]) -> Dict[Hashable, int]:
+        if limits is not None:
+            return limits
+        room = BatchRoom.measure(data_list, self.opts)
+        rooms = room.nodes if kind == "nodes" else room.edges
+        return {t: r.limit for t, r in rooms.items()}
+
+    def _prune_nodes(self, data_list: List[BaseData],
+                     limits: Optional[Dict[Hashable, int]] = None
+                     ) -> List[BaseData]:
+        """Randomly removes nodes (and their edges) until the node budget
+        (``limits``, default: the options' sizes) holds, keeping at least
+        one node per graph."""
+        limits = self._limits(limits, "nodes", data_list)
+        room = BatchRoom.measure(data_list, self.opts)
+        if isinstance(data_list[0], HeteroData):
+            return prune_hetero_nodes(
+                data_list, {t: r.counts for t, r in room.nodes.items()},
+                limits)
+        return prune_nodes(data_list, room.nodes[None].counts, limits[None])
+
+    def _prune_edges(self, data_list: List[BaseData],
+                     limits: Optional[Dict[Hashable, int]] = None
+                     ) -> List[BaseData]:
+        """Randomly removes edges until the edge budget (``limits``,
+        default: the options' sizes) holds; nodes are kept."""
+        limits = self._limits(limits, "edges", data_list)
+        room = BatchRoom.measure(data_list, self.opts)
+        if isinstance(data_list[0], HeteroData):
+            return prune_hetero_edges(
+                data_list, {t: r.counts for t, r in room.edges.items()},
+                limits)
+        return prune_edges(data_list, room.edges[None].counts, limits[None])
+
+    def _add_masks(self, batch: Batch, room: BatchRoom, num_real_graphs: int,
+                   hetero: bool) -> None:
+        batch.graphs_mask = _prefix_mask(self.opts.num_graphs,
+                                         num_real_graphs)
+        if not hetero:
+            batch.nodes_mask = _prefix_mask(room.nodes[None].limit,
+                                            room.nodes[None].real)
+            batch.edges_mask = _prefix_mask(room.edges[None].limit,
+                                            room.edges[None].real)
+            return
+        for t, r in room.nodes.items():
+            batch[t].nodes_mask = _prefix_mask(r.limit, r.real)
+        for t, r in room.edges.items():
+            batch[t].edges_mask = _prefix_mask(r.limit, r.real)
+
+
+def _prefix_mask(length: int, num_true: int) -> torch.Tensor:
+    return torch.arange(length) < num_true
+
+
+class CombinedBatchingCollater:
+    """Collates ``k`` mini-batches at once and concatenates them tensor by
+    tensor along dim 0, the layout PopTorch splits across device
+    iterations, replicas and gradient accumulation.
+
+    ``edge_index`` tensors become ``[2k, E]`` (stacked, indices local to
+    each mini-batch); ``batch`` and ``ptr`` restart at 0 in each mini-batch;
+    ``num_nodes``, ``num_edges`` and ``num_graphs`` report one mini-batch;
+    non-tensor attributes of ``Data`` are dropped.
+
+    Args:
+        collater: collates one mini-batch (a list of samples).
+        mini_batch_size: samples per mini-batch; default: the whole list.
+
+    Example::
+
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> from poptorch_geometric.pyg_collate import Collater
+        >>> graphs = [Data(x=torch.ones(2, 1),
+        ...                edge_index=torch.tensor([[0, 1], [1, 0]]))] * 4
+        >>> out = CombinedBatchingCollater(Collater(), mini_batch_size=2)(graphs)
+        >>> out.x.shape, out.edge_index.shape
+        (torch.Size([8, 1]), torch.Size([4, 4]))
+    """
+
+    def __init__(self, collater: Callable[[List[Any]], Batch],
+                 mini_batch_size: Optional[int] = None) -> None:
+        self.collater = collater
+        self.mini_batch_size = mini_batch_size
+        self.parser = PyGArgsParser()
+
+    def __call__(self, batch_list: List[Any]) -> Batch:
+        size = self.mini_batch_size or len(batch_list)
+        assert len(batch_list) % size == 0, (
+            f"Invalid batch size: {len(batch_list)} samples do not split "
+            f"into mini-batches of {size}.")
+        batches = [self.collater(batch_list[i:i + size])
+                   for i in range(0, len(batch_list), size)]
+        columns = zip(*(self.parser.yieldTensors(b) for b in batches))
+        tensors = [torch.cat(column, dim=0) for column in columns]
+        return self.parser.reconstruct(batches[0], iter(tensors))

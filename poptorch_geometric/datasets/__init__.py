@@ -1,0 +1,15 @@
+"""Datasets that need no download.
+
+* :class:`NCITPSA`: the 4,999 NCI molecules with TPSA labels shipped inside
+  the ``rdkit`` wheel, as PyG graphs (the default dataset).
+* :class:`SyntheticMolecules`: seeded molecule-like graphs of any count, for
+  scaling runs.
+
+Both have the layout of ``torch_geometric.utils.from_smiles``: ``x`` [n, 9]
+long, ``edge_index`` [2, e] long (both directions), ``edge_attr`` [e, 3]
+long and a graph label ``y`` [1, 1] float32.
+"""
+from .nci_tpsa import NCITPSA, default_root
+from .synthetic import SyntheticMolecules
+
+__all__ = ["NCITPSA", "SyntheticMolecules", "default_root"]

@@ -1,0 +1,295 @@
+"""The fixed sizes (nodes, edges, graphs) every batch is padded to.
+
+Example::
+
+    >>> opts = FixedSizeOptions(num_nodes=10, num_edges=20, num_graphs=3)
+    >>> opts.total_num_nodes, opts.num_graphs
+    (10, 3)
+    >>> FixedSizeOptions(num_nodes=4).num_edges   # fully connected default
+    12
+"""
+import numbers
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+from torch_geometric.data import HeteroData
+from torch_geometric.data.summary import Summary
+from torch_geometric.typing import EdgeType, NodeType
+
+from ._packing import packing_budget
+from ._sizes import edge_count, node_count
+
+__all__ = ["FixedSizeOptions", "validate_num_graphs"]
+
+Count = Union[int, Dict[Any, int]]
+
+
+def validate_num_graphs(num_graphs: int) -> None:
+    """Raises ``ValueError`` unless a batch has room for at least one real
+    graph and one padding graph."""
+    if num_graphs < 2:
+        raise ValueError(
+            f"num_graphs ({num_graphs}) must be at least 2: a fixed-size "
+            "batch needs at least one real graph and one padding graph.")
+
+
+def _check_count(name: str, value: Any, allow_empty: bool = False) -> None:
+    if allow_empty and not value:
+        return
+    values = value.values() if isinstance(value, dict) else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
+                or v < 1:
+            raise ValueError(
+                f"{name} must be a positive int or a dict of positive ints "
+                f"per type, got {value!r}.")
+
+
+class FixedSizeOptions:
+    """The size every fixed-size batch is padded to.
+
+    Args:
+        num_nodes: node slots per batch, an int or a dict per node type.
+        num_edges: edge slots per batch, an int or a dict per edge type;
+            if falsy, the fully connected count ``T * (T - 1)`` with ``T``
+            the (total) number of nodes.
+        num_graphs: graph slots per batch, including at least one padding
+            graph (so at least 2).
+        node_pad_value: value of padding node features (default 0.0).
+        edge_pad_value: value of padding edge features (default 0.0).
+        graph_pad_value: value of graph-level tensors of padding graphs
+            (default 0.0).
+        pad_graph_defaults: values of non-tensor graph attributes of padding
+            graphs, by key (default: copy the first real graph's value).
+
+    At least one node, one edge and one graph of each batch are reserved for
+    padding by the loaders that derive these sizes.
+    """
+
+    def __init__(self,
+                 num_nodes: Count,
+                 num_edges: Optional[Count] = None,
+                 num_graphs: int = 2,
+                 node_pad_value: Optional[float] = None,
+                 edge_pad_value: Optional[float] = None,
+                 graph_pad_value: Optional[float] = None,
+                 pad_graph_defaults: Optional[Dict[str, Any]] = None) -> None:
+        _check_count("num_nodes", num_nodes)
+        _check_count("num_edges", num_edges, allow_empty=True)
+        validate_num_graphs(num_graphs)
+        self.num_nodes = num_nodes
+        if num_edges:
+            self.num_edges = num_edges
+        else:
+            total = sum(num_nodes.values()) if isinstance(num_nodes, dict) \
+                else num_nodes
+            self.num_edges = total * (total - 1)
+        self.num_graphs = num_graphs
+        self.node_pad_value = 0.0 if node_pad_value is None \
+            else node_pad_value
+        self.edge_pad_value = 0.0 if edge_pad_value is None \
+            else edge_pad_value
+        self.graph_pad_value = 0.0 if graph_pad_value is None \
+            else graph_pad_value
+        self.pad_graph_defaults = {} if pad_graph_defaults is None \
+            else pad_graph_defaults
+        self.total_num_nodes_hetero: Optional[int] = None
+        self.total_num_edges_hetero: Optional[int] = None
+
+    def is_hetero(self) -> bool:
+        """True when both node and edge sizes are given per type."""
+        return isinstance(self.num_nodes, dict) and \
+            isinstance(self.num_edges, dict)
+
+    def to_hetero(self, node_types: Iterable[NodeType],
+                  edge_types: Iterable[EdgeType]) -> "FixedSizeOptions":
+        """Gives every node (edge) type the scalar node (edge) size; sizes
+        that already are dicts stay as they are. Mutates and returns
+        ``self``."""
+        if not isinstance(self.num_nodes, dict):
+            self.num_nodes = {t: self.num_nodes for t in node_types}
+        if not isinstance(self.num_edges, dict):
+            self.num_edges = {t: self.num_edges for t in edge_types}
+        return self
+
+    # Unlike upstream, the totals are recomputed on every access, so they
+    # never go stale when a per-type dict is changed after the first read.
+    @property
+    def total_num_nodes(self) -> Count:
+        """All node slots (the sum over types when hetero)."""
+        if self.is_hetero():
+            self.total_num_nodes_hetero = sum(self.num_nodes.values())
+            return self.total_num_nodes_hetero
+        return self.num_nodes
+
+    @property
+    def total_num_edges(self) -> Count:
+        """All edge slots (the sum over types when hetero)."""
+        if self.is_hetero():
+            self.total_num_edges_hetero = sum(self.num_edges.values())
+            return self.total_num_edges_hetero
+        return self.num_edges
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_nodes={self.num_nodes} "
+                f"(At least one node reserved for padding), "
+                f"num_edges={self.num_edges} "
+                f"(At least one edge reserved for padding), "
+                f"num_graphs={self.num_graphs} "
+                f"(At least one graph reserved for padding), "
+                f"node_pad_value={self.node_pad_value}, "
+                f"edge_pad_value={self.edge_pad_value}, "
+                f"graph_pad_value={self.graph_pad_value}, "
+                f"pad_graph_defaults={self.pad_graph_defaults})")
+
+    @classmethod
+    def from_dataset(cls,
+                     dataset: Any,
+                     batch_size: int,
+                     sample_limit: Optional[int] = None,
+                     progress_bar: Optional[bool] = None
+                     ) -> "FixedSizeOptions":
+        """Sizes that fit any ``batch_size - 1`` graphs of ``dataset`` plus
+        one padding graph (the worst case, for PadToMax).
+
+        Each size is ``max_per_graph * (batch_size - 1) + 1``, per type for
+        heterogeneous data. ``sample_limit`` is accepted for compatibility
+        but the whole dataset is always scanned: a limit derived from part of
+        it could be too small for a graph not looked at.
+
+        Example::
+
+            >>> from torch_geometric.datasets import FakeDataset
+            >>> ds = FakeDataset(num_graphs=20, avg_num_nodes=10)
+            >>> opts = FixedSizeOptions.from_dataset(ds, batch_size=10)
+            >>> opts.num_graphs
+            10
+        """
+        del sample_limit  # see the docstring
+        validate_num_graphs(batch_size)
+        summary = Summary.from_dataset(dataset, progress_bar=progress_bar)
+
+        def limit(max_per_graph: float) -> int:
+            return int(max_per_graph) * (batch_size - 1) + 1
+
+        num_nodes: Count = limit(summary.num_nodes.max)
+        num_edges: Count = limit(summary.num_edges.max)
+        if summary.num_nodes_per_type is not None:
+            num_nodes = {t: limit(s.max)
+                         for t, s in summary.num_nodes_per_type.items()}
+        if summary.num_edges_per_type is not None:
+            num_edges = {t: limit(s.max)
+                         for t, s in summary.num_edges_per_type.items()}
+        return cls(num_nodes=num_nodes, num_edges=num_edges,
+                   num_graphs=batch_size)
+
+    @classmethod
+    def from_loader(cls, loader: Iterable,
+                    sample_limit: int = 1000) -> "FixedSizeOptions":
+        """Sizes that fit the largest of the first ``sample_limit`` batches
+        of ``loader`` plus one padding graph (``max + 1`` for nodes, edges
+        and graphs). The loader is restarted as often as needed to see
+        ``sample_limit`` batches; a loader yielding plain ``Data`` (not
+        ``Batch``) counts as one graph per batch.
+
+        Example::
+
+            >>> from torch_geometric.datasets import FakeDataset
+            >>> from torch_geometric.loader import DataLoader
+            >>> loader = DataLoader(FakeDataset(num_graphs=20), batch_size=5)
+            >>> FixedSizeOptions.from_loader(loader, sample_limit=4).num_graphs
+            6
+        """
+        if sample_limit < 1:
+            raise ValueError(f"sample_limit ({sample_limit}) must be at "
+                             "least 1.")
+        maxima = _LoaderMaxima()
+        seen = 0
+        while seen < sample_limit:
+            epoch_start = seen
+            for batch in loader:
+                maxima.update(batch)
+                seen += 1
+                if seen == sample_limit:
+                    break
+            if seen == epoch_start:
+                raise ValueError("The loader yielded no batch: cannot derive "
+                                 "fixed sizes from an empty loader.")
+        return maxima.to_options(cls)
+
+
+    @classmethod
+    def for_packing(cls, dataset: Any,
+                    graphs_per_batch: int) -> "FixedSizeOptions":
+        """Budgets for :attr:`FixedSizeStrategy.StreamPack` chosen from the
+        dataset's size distribution rather than its worst case, so packed
+        batches waste few node and edge slots.
+
+        The rule: ``num_graphs = graphs_per_batch``; the edge budget is the
+        node budget times the dataset's edges-per-node ratio (both fill
+        together) and both hold the largest graph plus one node and edge
+        per other graph slot (nothing is ever skipped). For each candidate
+        number of batches ``B``, from ``ceil(len(dataset) /
+        (graphs_per_batch - 1))`` to twice that, the node budget is the
+        smallest with which greedy packing of the dataset in order (the
+        loader's rule, one slot of each kind kept for padding) needs ``B``
+        batches; the budgets with the best slot efficiency (the lower of
+        the node and edge figures) win. Shuffled orders pack about as well
+        but can need a batch more.
+
+        Homogeneous datasets only.
+
+        Example::
+
+            >>> from poptorch_geometric.datasets import SyntheticMolecules
+            >>> ds = SyntheticMolecules(500)
+            >>> opts = FixedSizeOptions.for_packing(ds, graphs_per_batch=32)
+            >>> opts.num_graphs, opts.num_nodes < 31 * 16.4
+            (32, True)
+        """
+        validate_num_graphs(graphs_per_batch)
+        nodes, edges = [], []
+        for data in dataset:
+            if isinstance(data, HeteroData):
+                raise ValueError(
+                    "for_packing supports homogeneous datasets (Data) only; "
+                    "use from_dataset for HeteroData.")
+            nodes.append(node_count(data))
+            edges.append(edge_count(data))
+        num_nodes, num_edges = packing_budget(nodes, edges, graphs_per_batch)
+        return cls(num_nodes=num_nodes, num_edges=num_edges,
+                   num_graphs=graphs_per_batch)
+
+
+class _LoaderMaxima:
+    """Running maxima of the sizes of the batches seen by ``from_loader``."""
+
+    def __init__(self) -> None:
+        self.hetero: Optional[bool] = None
+        self.nodes: Dict[Any, int] = {}
+        self.edges: Dict[Any, int] = {}
+        self.graphs = 0
+
+    @staticmethod
+    def _raise(store: Dict[Any, int], key: Any, value: int) -> None:
+        store[key] = max(store.get(key, 0), int(value))
+
+    def update(self, batch: Any) -> None:
+        if self.hetero is None:
+            self.hetero = isinstance(batch, HeteroData)
+        if self.hetero:
+            for t in batch.node_types:
+                self._raise(self.nodes, t, batch[t].num_nodes)
+            for t in batch.edge_types:
+                self._raise(self.edges, t, batch[t].num_edges)
+        else:
+            self._raise(self.nodes, None, batch.num_nodes)
+            self._raise(self.edges, None, batch.num_edges)
+        self.graphs = max(self.graphs, getattr(batch, "num_graphs", 1))
+
+    def to_options(self, cls: type) -> FixedSizeOptions:
+        nodes: Count = {k: v + 1 for k, v in self.nodes.items()}
+        edges: Count = {k: v + 1 for k, v in self.edges.items()}
+        if not self.hetero:
+            nodes, edges = nodes[None], edges[None]
+        return cls(num_nodes=nodes, num_edges=edges,
+                   num_graphs=self.graphs + 1)

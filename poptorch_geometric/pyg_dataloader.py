@@ -1,0 +1,181 @@
+"""Torch-side loaders (no PopTorch): PyG's ``DataLoader`` and the
+fixed-size loader that pads every batch to the same shapes.
+
+Example::
+
+    >>> from torch_geometric.datasets import FakeDataset
+    >>> ds = FakeDataset(num_graphs=7, avg_num_nodes=10)
+    >>> loader = FixedSizeDataLoader(ds, batch_size=3)
+    >>> len(loader), {tuple(b.x.shape) for b in loader} == {
+    ...     (loader.fixed_size_options.num_nodes, ds[0].x.shape[1])}
+    (4, True)
+"""
+import enum
+from typing import Any, List, Optional
+
+import torch.utils.data
+from torch.utils.data import RandomSampler, SequentialSampler
+from torch_geometric.data import HeteroData
+
+from .collate import FixedSizeCollater
+from .fixed_size_options import FixedSizeOptions
+from .pyg_collate import Collater
+from .stream_packing_sampler import StreamPackingSampler
+
+__all__ = ["FixedSizeStrategy", "OverSizeStrategy", "DataLoader",
+           "FixedSizeDataLoader"]
+
+
+class FixedSizeStrategy(enum.Enum):
+    """How real graphs are grouped into fixed-size batches.
+
+    * ``PadToMax``: ``batch_size - 1`` real graphs per batch, padded.
+    * ``StreamPack``: as many consecutive graphs as fit the budgets
+      (:class:`~poptorch_geometric.stream_packing_sampler.StreamPackingSampler`).
+    """
+    PadToMax = 0
+    StreamPack = 1
+
+
+class OverSizeStrategy(enum.Enum):
+    """What happens to graphs that do not fit the budgets.
+
+    * ``Error``: raise.
+    * ``Skip``: skip (StreamPack only; counted and logged); behaves like
+      ``Error`` with PadToMax.
+    * ``TrimNodes`` / ``TrimEdges`` / ``TrimNodesAndEdges``: randomly remove
+      nodes and/or edges (counted and logged).
+    """
+    Error = 0
+    Skip = 1
+    TrimNodes = 2
+    TrimEdges = 3
+    TrimNodesAndEdges = 4
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """PyG's ``DataLoader``: batches PyG data objects with
+    ``Batch.from_data_list``.
+
+    Args:
+        dataset: the dataset.
+        batch_size: samples per batch.
+        shuffle: reshuffle every epoch.
+        follow_batch: keys that get a ``<key>_batch`` assignment vector.
+        exclude_keys: keys left out of the batch.
+        **kwargs: arguments of ``torch.utils.data.DataLoader`` (a
+            ``collate_fn`` is ignored, as in PyG).
+    """
+
+    def __init__(self, dataset: Any, batch_size: int = 1,
+                 shuffle: bool = False,
+                 follow_batch: Optional[List[str]] = None,
+                 exclude_keys: Optional[List[str]] = None,
+                 **kwargs: Any) -> None:
+        kwargs.pop("collate_fn", None)  # as PyG does (PyTorch Lightning)
+        self.follow_batch = follow_batch
+        self.exclude_keys = exclude_keys
+        collater = self._create_collater(follow_batch=follow_batch,
+                                         exclude_keys=exclude_keys)
+        # Keywords only: poptorch_geometric.dataloader.DataLoader inherits
+        # from this and poptorch.DataLoader cooperatively.
+        super().__init__(dataset=dataset, batch_size=batch_size,
+                         shuffle=shuffle, collate_fn=collater, **kwargs)
+
+    def _create_collater(self, **collater_args: Any) -> Any:
+        return Collater(**collater_args)
+
+
+class FixedSizeDataLoader(torch.utils.data.DataLoader):
+    """Loads batches padded to fixed sizes, so every batch has the same
+    shapes.
+
+    Args:
+        dataset: the dataset.
+        batch_size: graph slots per batch, including one padding graph;
+            must equal ``fixed_size_options.num_graphs``.
+        shuffle: reshuffle every epoch.
+        fixed_size_options: the sizes; default:
+            ``FixedSizeOptions.from_dataset(dataset, batch_size)``.
+        fixed_size_strategy: ``PadToMax`` (``batch_size - 1`` graphs per
+            batch) or ``StreamPack`` (greedy packing).
+        over_size_strategy: what to do with graphs that do not fit.
+        add_pad_masks: add ``graphs_mask``, ``nodes_mask``, ``edges_mask``.
+        follow_batch: keys that get a ``<key>_batch`` assignment vector.
+        exclude_keys: keys left out of the batch.
+        **kwargs: arguments of ``torch.utils.data.DataLoader`` (not
+            ``collate_fn``; ``batch_sampler`` not with StreamPack).
+
+    Attributes:
+        fixed_size_collater: the collater padding each batch (its
+            ``trimmed`` counts what trimming removed).
+    """
+
+    def __init__(self,
+                 dataset: Any,
+                 batch_size: int = 2,
+                 shuffle: bool = False,
+                 fixed_size_options: Optional[FixedSizeOptions] = None,
+                 fixed_size_strategy: FixedSizeStrategy =
+                 FixedSizeStrategy.PadToMax,
+                 over_size_strategy: OverSizeStrategy = OverSizeStrategy.Error,
+                 add_pad_masks: bool = True,
+                 follow_batch: Optional[List[str]] = None,
+                 exclude_keys: Optional[List[str]] = None,
+                 **kwargs: Any) -> None:
+        self.fixed_size_options = fixed_size_options or \
+            FixedSizeOptions.from_dataset(dataset, batch_size)
+        opts = self.fixed_size_options
+        first = dataset[0]
+        if isinstance(first, HeteroData) and not opts.is_hetero():
+            opts.to_hetero(first.node_types, first.edge_types)
+        assert batch_size == opts.num_graphs, (
+            f"batch_size ({batch_size}) must equal "
+            f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
+            "is padded to num_graphs graphs.")
+        self.padded_batch_size = batch_size
+        batch_sampler = kwargs.pop("batch_sampler", None)
+
+        if fixed_size_strategy == FixedSizeStrategy.StreamPack:
+            if batch_sampler is not None:
+                raise ValueError(
+                    "A batch_sampler cannot be combined with "
+                    "FixedSizeStrategy.StreamPack, which makes its own "
+                    "(StreamPackingSampler); use PadToMax with a custom "
+                    "batch_sampler.")
+            base = RandomSampler(dataset) if shuffle \
+                else SequentialSampler(dataset)
+            batch_sampler = StreamPackingSampler(
+                dataset, batch_size - 1,
+                max_num_nodes=opts.total_num_nodes - 1,
+                max_num_edges=opts.total_num_edges - 1,
+                base_sampler=base,
+                allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
+        elif fixed_size_strategy != FixedSizeStrategy.PadToMax:
+            raise NotImplementedError(
+                f"Unsupported fixed_size_strategy {fixed_size_strategy}.")
+
+        if batch_sampler is not None:
+            torch_batch_size, shuffle = 1, None
+        else:
+            torch_batch_size = batch_size - 1
+        self.batch_sampler = batch_sampler
+        assert "collate_fn" not in kwargs, (
+            "FixedSizeDataLoader makes its own collate_fn (a "
+            "FixedSizeCollater); do not pass one.")
+
+        trim_nodes = over_size_strategy in (
+            OverSizeStrategy.TrimNodes, OverSizeStrategy.TrimNodesAndEdges)
+        trim_edges = over_size_strategy in (
+            OverSizeStrategy.TrimEdges, OverSizeStrategy.TrimNodesAndEdges)
+        collater = self._create_collater(
+            fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
+            trim_nodes=trim_nodes, trim_edges=trim_edges,
+            follow_batch=follow_batch, exclude_keys=exclude_keys)
+        super().__init__(dataset=dataset, batch_size=torch_batch_size,
+                         shuffle=shuffle, batch_sampler=batch_sampler,
+                         collate_fn=collater, **kwargs)
+
+    def _create_collater(self, **collater_args: Any) -> Any:
+        self.fixed_size_collater = FixedSizeCollater(**collater_args)
+        return self.fixed_size_collater

@@ -1,0 +1,173 @@
+"""Greedy, order-preserving packing of graphs into fixed-size batches.
+
+Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
+
+    >>> import torch
+    >>> from torch_geometric.data import Data
+    >>> ds = [Data(num_nodes=n, edge_index=torch.zeros(2, 0).long())
+    ...       for n in [3, 5, 2, 4, 6, 1, 3]]
+    >>> list(StreamPackingSampler(ds, max_num_graphs=3, max_num_nodes=9,
+    ...                           max_num_edges=3))
+    [[0, 1], [2, 3], [4, 5], [6]]
+"""
+from typing import Iterable, Iterator, List, Optional, Union
+
+from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
+
+from poptorch_core._logging import logger
+
+__all__ = ["StreamPackingSampler"]
+
+
+class _PackedBatch:
+    """The accumulator of one batch: its indices and the room they use."""
+
+    __slots__ = ("indices", "num_nodes", "num_edges")
+
+    def __init__(self) -> None:
+        self.indices: List[int] = []
+        self.num_nodes = 0
+        self.num_edges = 0
+
+    def add(self, idx: int, num_nodes: int, num_edges: int) -> None:
+        self.indices.append(idx)
+        self.num_nodes += num_nodes
+        self.num_edges += num_edges
+
+
+class StreamPackingSampler(Sampler[List[int]]):
+    """Packs consecutive samples of ``base_sampler`` greedily into batches
+    that fit ``max_num_graphs`` graphs, ``max_num_nodes`` nodes and
+    ``max_num_edges`` edges.
+
+    A sample is added to the current batch only if the batch keeps at least
+    one node and one edge of room for every graph slot still free (the
+    *padding-room rule*): a fixed-size collater can then always fill the
+    remaining graph slots with non-empty padding graphs. When a sample does
+    not fit, the current batch is yielded and a new one starts with it; the
+    order of ``base_sampler`` is kept and nothing is looked ahead.
+
+    A sample that does not fit even an empty batch raises ``RuntimeError``,
+    or with ``allow_skip_data=True`` is skipped: skipped indices are counted
+    in :attr:`skipped_indices` (reset at the start of each epoch) and logged.
+
+    Args:
+        data_source: the dataset; ``data_source[i].num_nodes`` and
+            ``.num_edges`` give the sizes (totals over types for hetero data).
+        max_num_graphs: the most graphs in one batch (at least 1).
+        max_num_nodes: the node budget; default: the largest graph's node
+            count times ``max_num_graphs`` (reads the whole dataset).
+        max_num_edges: the edge budget; default likewise.
+        base_sampler: the order in which samples are taken (default:
+            sequential).
+        allow_skip_data: skip samples that can never fit instead of raising.
+    """
+
+    def __init__(self,
+                 data_source: Dataset,
+                 max_num_graphs: int,
+                 max_num_nodes: Optional[int] = None,
+                 max_num_edges: Optional[int] = None,
+                 base_sampler: Optional[Union[Sampler[int],
+                                              Iterable[int]]] = None,
+                 allow_skip_data: bool = False) -> None:
+        super().__init__()
+        if base_sampler is not None and len(base_sampler) == 0:
+            raise ValueError("The base sampler is empty: StreamPackingSampler"
+                             " needs at least one sample to pack.")
+        if max_num_graphs is None:
+            raise ValueError("max_num_graphs must be set: the number of graph"
+                             " slots in one packed batch.")
+        if max_num_graphs < 1:
+            raise ValueError(f"max_num_graphs ({max_num_graphs}) must be at "
+                             "least 1.")
+        if max_num_nodes is None:
+            max_num_nodes = max(d.num_nodes for d in data_source) * \
+                max_num_graphs
+        elif max_num_nodes < max_num_graphs:
+            raise ValueError(
+                f"max_num_nodes ({max_num_nodes}) must be at least "
+                f"max_num_graphs ({max_num_graphs}): every graph slot needs "
+                "room for one node.")
+        if max_num_edges is None:
+            max_num_edges = max(d.num_edges for d in data_source) * \
+                max_num_graphs
+        elif max_num_edges < max_num_graphs:
+            raise ValueError(
+                f"max_num_edges ({max_num_edges}) must be at least "
+                f"max_num_graphs ({max_num_graphs}): every graph slot needs "
+                "room for one edge.")
+
+        self.data_source = data_source
+        self.max_num_graphs = max_num_graphs
+        self.max_num_nodes = max_num_nodes
+        self.max_num_edges = max_num_edges
+        self.base_sampler = (SequentialSampler(data_source)
+                             if base_sampler is None else base_sampler)
+        self.allow_skip_data = allow_skip_data
+        #: Indices skipped (never fit) during the current or last epoch.
+        self.skipped_indices: List[int] = []
+        self._len: Optional[int] = None
+
+    @property
+    def num_skipped(self) -> int:
+        """How many samples the current or last epoch skipped."""
+        return len(self.skipped_indices)
+
+    def _has_space(self, batch: _PackedBatch, num_nodes: int,
+                   num_edges: int) -> bool:
+        nodes_left = self.max_num_nodes - (batch.num_nodes + num_nodes)
+        edges_left = self.max_num_edges - (batch.num_edges + num_edges)
+        graphs_left = self.max_num_graphs - (len(batch.indices) + 1)
+        return (graphs_left >= 0 and nodes_left >= graphs_left
+                and edges_left >= graphs_left)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        skipped: List[int] = []
+        self.skipped_indices = skipped
+        yield from self._pack(skipped)
+        if skipped:
+            more = "" if len(skipped) <= 10 else ", ..."
+            logger.warning(
+                "StreamPackingSampler skipped %d sample(s) this epoch that "
+                "do not fit an empty batch (indices %s%s); increase the "
+                "node/edge budgets to keep them.", len(skipped),
+                skipped[:10], more)
+
+    def _pack(self, skipped: List[int]) -> Iterator[List[int]]:
+        batch = _PackedBatch()
+        for idx in self.base_sampler:
+            data = self.data_source[idx]
+            num_nodes, num_edges = data.num_nodes, data.num_edges
+            if not self._has_space(batch, num_nodes, num_edges):
+                if batch.indices:
+                    yield batch.indices
+                    batch = _PackedBatch()
+                if not self._has_space(batch, num_nodes, num_edges):
+                    self._reject(idx, num_nodes, num_edges)
+                    skipped.append(idx)
+                    continue
+            batch.add(idx, num_nodes, num_edges)
+        if batch.indices:
+            yield batch.indices
+
+    def _reject(self, idx: int, num_nodes: int, num_edges: int) -> None:
+        if not self.allow_skip_data:
+            raise RuntimeError(
+                f"Sample {idx} with {num_nodes} node(s) and {num_edges} "
+                f"edge(s) does not fit an empty batch of at most "
+                f"{self.max_num_graphs} graph(s), {self.max_num_nodes} "
+                f"node(s) and {self.max_num_edges} edge(s). Increase the "
+                "budgets or allow skipping samples (allow_skip_data=True, "
+                "OverSizeStrategy.Skip).")
+        logger.debug("StreamPackingSampler skips sample %d (%d nodes, %d "
+                     "edges).", idx, num_nodes, num_edges)
+
+    def __len__(self) -> int:
+        if isinstance(self.base_sampler, RandomSampler):
+            raise NotImplementedError(
+                "The number of packed batches depends on the sample order, "
+                "which a RandomSampler changes every epoch.")
+        if self._len is None:
+            self._len = sum(1 for _ in self._pack([]))
+        return self._len

@@ -1,0 +1,140 @@
+"""How PopTorch flattens PyG objects into tensors and rebuilds them.
+
+Registering :class:`PyGArgsParser` makes ``Data``, ``HeteroData`` and
+``Batch`` objects valid inputs of PopTorch models, and lets the PopTorch-side
+loaders concatenate mini-batches tensor by tensor.
+
+Example::
+
+    >>> import torch
+    >>> from torch_geometric.data import Data
+    >>> parser = PyGArgsParser()
+    >>> data = Data(x=torch.ones(3, 2), edge_index=torch.zeros(2, 4).long())
+    >>> [t.shape for t in parser.yieldTensors(data)]   # sorted keys
+    [torch.Size([2, 4]), torch.Size([3, 2])]
+    >>> parser.reconstruct(data, iter(parser.yieldTensors(data))).x.shape
+    torch.Size([3, 2])
+"""
+import functools
+from typing import Any, Dict, Iterator, List
+
+import torch
+from torch_geometric.data import Batch, Data, HeteroData
+from torch_geometric.data.data import BaseData
+
+import poptorch_core as poptorch
+
+from .common import DataBatch, HeteroDataBatch, call_once
+
+__all__ = ["PyGArgsParser", "registerCustomArgParsers"]
+
+
+class PyGArgsParser(poptorch.ICustomArgParser):
+    """Flattens PyG data objects to tensors and rebuilds them.
+
+    ``Data`` (and ``DataBatch``) tensors are yielded in sorted key order;
+    ``HeteroData`` tensors in store order (global store, node stores, edge
+    stores). Rebuilding a ``Data`` keeps only its tensor attributes; rebuilding
+    a ``HeteroData`` keeps non-tensor attributes too.
+    """
+
+    @staticmethod
+    def _sortedTensorKeys(struct: BaseData) -> List[str]:
+        """The keys of ``struct`` holding tensors, in alphabetical order."""
+        return sorted(k for k in struct.keys()
+                      if isinstance(struct[k], torch.Tensor))
+
+    @functools.singledispatchmethod
+    def yieldTensors(self, struct: Any) -> Iterator[torch.Tensor]:
+        raise ValueError(f"Unsupported data type: {type(struct)}")
+
+    @yieldTensors.register
+    def _(self, struct: Data) -> Iterator[torch.Tensor]:
+        for key in self._sortedTensorKeys(struct):
+            yield struct[key]
+
+    @yieldTensors.register
+    def _(self, struct: HeteroData) -> Iterator[torch.Tensor]:
+        for store in _hetero_stores(struct):
+            for value in store.values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+
+    def reconstruct(self, original_structure: Any,
+                    tensor_iterator: Iterator[torch.Tensor]) -> Any:
+        if isinstance(original_structure, Data):
+            kwargs = {key: next(tensor_iterator)
+                      for key in self._sortedTensorKeys(original_structure)}
+            if type(original_structure) is DataBatch:
+                batch = Batch(**kwargs, _base_cls=Data)
+                _setup_num_fields(batch, original_structure)
+                return batch
+            return Data(**kwargs)
+        if isinstance(original_structure, HeteroData):
+            mapping = _rebuild_hetero_mapping(original_structure,
+                                              tensor_iterator)
+            if type(original_structure) is HeteroDataBatch:
+                batch = Batch(mapping, _base_cls=HeteroData)
+                _setup_num_fields(batch, original_structure)
+                return batch
+            return HeteroData(mapping)
+        raise ValueError(
+            f"Unsupported data type: {type(original_structure)}")
+
+
+def _hetero_stores(data: HeteroData) -> list:
+    return [data._global_store, *data.node_stores, *data.edge_stores]
+
+
+def _rebuild_hetero_mapping(original: HeteroData,
+                            tensors: Iterator[torch.Tensor]) -> Dict:
+    def rebuild(store) -> Dict[str, Any]:
+        return {k: next(tensors) if isinstance(v, torch.Tensor) else v
+                for k, v in store.items()}
+
+    mapping: Dict[Any, Any] = rebuild(original._global_store)
+    for store in [*original.node_stores, *original.edge_stores]:
+        mapping[store._key] = rebuild(store)
+    return mapping
+
+
+def _setup_num_fields(batch: Batch, original: Batch) -> None:
+    """Makes a rebuilt (or combined) batch report the counts of ``original``
+    (one mini-batch), not those of its possibly concatenated tensors."""
+    if hasattr(original, "_num_graphs"):
+        batch._num_graphs = original._num_graphs
+    num_nodes, num_edges = original.num_nodes, original.num_edges
+    batch["num_nodes"] = num_nodes
+    batch["num_edges"] = num_edges
+    if isinstance(batch, HeteroData):
+        _patch_hetero_batch_counts()
+
+
+@call_once
+def _patch_hetero_batch_counts() -> None:
+    # ``HeteroData.num_nodes`` sums over node stores; a combined batch must
+    # report the counts stored on its global store instead. Batches without
+    # them (every batch PyG builds) keep the normal computation.
+    cls = HeteroDataBatch
+    for name in ("num_nodes", "num_edges"):
+        base = getattr(HeteroData, name)
+
+        def getter(self, _name=name, _base=base):
+            store = self._global_store
+            if _name in store:
+                return store[_name]
+            return _base.fget(self)
+
+        setattr(cls, name, property(getter, base.fset))
+
+
+@call_once
+def registerCustomArgParsers() -> None:
+    """Registers :class:`PyGArgsParser` with PopTorch for every PyG data type
+    (runs once; later calls do nothing)."""
+    parser = PyGArgsParser()
+    for data_type in (BaseData, DataBatch, HeteroDataBatch):
+        poptorch.registerCustomArgParser(data_type, parser)
+
+
+registerCustomArgParsers()
