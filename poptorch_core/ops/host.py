@@ -16,7 +16,8 @@ Example::
     >>> # in forward: y = host_op(y)
 """
 import itertools
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -48,18 +49,31 @@ class _Callback:
         return [o.detach().clone() for o in outputs]
 
 
-_callbacks: Dict[int, _Callback] = {}
+# Weak: a callback lives as long as its CPU op (usually a model attribute),
+# so discarded models do not pile up host functions.
+_callbacks: "weakref.WeakValueDictionary[int, _Callback]" = (
+    weakref.WeakValueDictionary())
 _callback_ids = itertools.count()
+
+
+def _lookup(callback_id: int) -> _Callback:
+    callback = _callbacks.get(callback_id)
+    if callback is None:
+        raise RuntimeError(
+            f"The poptorch.CPU op with id {callback_id} no longer exists: "
+            "keep the poptorch.CPU object (for example as a model attribute) "
+            "alive as long as the graphs that call it.")
+    return callback
 
 
 def _kernel(inputs: List[torch.Tensor],
             callback_id: int) -> List[torch.Tensor]:
-    return _callbacks[callback_id](inputs)
+    return _lookup(callback_id)(inputs)
 
 
 def _fake(inputs: List[torch.Tensor],
           callback_id: int) -> List[torch.Tensor]:
-    callback = _callbacks[callback_id]
+    callback = _lookup(callback_id)
     if callback.output_specs is None:  # learn the outputs from dummy values
         callback([torch.zeros(t.shape, dtype=t.dtype) for t in inputs])
     return [
@@ -88,7 +102,8 @@ class CPU:
         self._func = func
         self.ID = ID
         self._callback_id = next(_callback_ids)
-        _callbacks[self._callback_id] = _Callback(func, str(ID))
+        self._callback = _Callback(func, str(ID))
+        _callbacks[self._callback_id] = self._callback
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         if not _impl.isRunningOnIpu():
@@ -103,6 +118,6 @@ class CPU:
                     f"poptorch.CPU op {self.ID!r} takes tensors only; "
                     f"argument {index} is a {type(value).__name__}.")
         outputs = _host_callback(list(inputs), self._callback_id)
-        if _callbacks[self._callback_id].returns_tensor:
+        if self._callback.returns_tensor:
             return outputs[0]
         return outputs

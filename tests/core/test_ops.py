@@ -1,6 +1,7 @@
 """Tests of the ``poptorch`` ops: plain CPU meaning against plain torch, and
 simulated-IPU meaning by tracing with ``make_fx`` inside ``_ipu_tracing()``
 and re-running the captured graph on new inputs."""
+import gc
 import itertools
 import math
 
@@ -779,3 +780,12 @@ def test_fps_checks_its_arguments(args, error):
     args = (torch.randn(4, 2), ) + args[1:] if args[0] is None else args
     with pytest.raises(error):
         poptorch.fps(*args)
+
+
+def test_cpu_op_graph_outliving_its_op_says_so():
+    op = poptorch.CPU(lambda a: a + 1, "short-lived")
+    gm = trace_ipu(lambda a: op(a), torch.ones(1))
+    del op
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        gm(torch.ones(1))
