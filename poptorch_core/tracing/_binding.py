@@ -206,7 +206,9 @@ def bind_arguments(fn: Callable, qualname: str, *args: Any,
         ValueError: the arguments do not match the signature.
         TypeError: a list or tuple mixes tensors with other values.
     """
-    signature = inspect.signature(fn)
+    # A module is called (so its hooks run) but binds like its forward.
+    declared = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    signature = inspect.signature(declared)
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
@@ -214,7 +216,7 @@ def bind_arguments(fn: Callable, qualname: str, *args: Any,
             "The arguments, `args` and `kwargs`, do not match the signature "
             f"of the function `{qualname}`{signature}: {e}") from e
     bound.apply_defaults()
-    hints = _type_hints(fn)
+    hints = _type_hints(declared)
     collector = _Collector()
     for name, value in list(bound.arguments.items()):
         by_ref = _mentions_by_ref(hints.get(name))

@@ -202,8 +202,7 @@ class Ir:
             ['x', 'factors_0', 'factors_1']
         """
         qualname = _qualname(fn)
-        func = fn.forward if isinstance(fn, torch.nn.Module) else fn
-        bound = bind_arguments(func, qualname, *args, **kwargs)
+        bound = bind_arguments(fn, qualname, *args, **kwargs)
         mode, examples = _example_inputs(bound.values)
 
         def traced(*tensors: torch.Tensor) -> tuple:

@@ -216,6 +216,17 @@ def test_graph_of_a_module_matches_the_module():
     assert graph.name == "Sequential_subgraph(0)"
 
 
+def test_graph_of_a_module_runs_its_hooks_and_binds_like_forward():
+    module = torch.nn.Linear(2, 2)
+    module.register_forward_hook(lambda mod, args, out: out * 0 + 7)
+    graph = Ir().create_graph(module, input=TensorSpec((1, 2)))
+    assert [i.name for i in graph.inputs] == ["input"]
+    torch.testing.assert_close(graph(torch.randn(1, 2)),
+                               torch.full((1, 2), 7.0))
+    with pytest.raises(ValueError, match="do not match the signature"):
+        Ir().create_graph(module, TensorSpec((1, 2)), TensorSpec((1, 2)))
+
+
 def test_inputs_inside_containers_args_and_kwargs():
 
     def fn(a, pair, table, *rest, scale=1.0, **extra):
