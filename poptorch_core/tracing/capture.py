@@ -156,6 +156,9 @@ def _tracing_context(training: bool, device: torch.device,
         stack.enter_context(torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []))
         stack.enter_context(_impl._ipu_tracing(training))
+        # Name scopes and attributes (poptorch.NameScope, Attribute,
+        # MultiConv) are recorded in node.meta["custom"].
+        stack.enter_context(torch.fx.traceback.preserve_node_meta())
         stack.enter_context(_impl._OverwriteContextManager())
         try:
             _impl._run_pre_compile_hooks()
