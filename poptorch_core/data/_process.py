@@ -20,6 +20,7 @@ for ever on a worker that nobody told to stop).
 import atexit
 import dataclasses
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.util  # noqa: F401  (its atexit hook must come first)
 import os
 import signal
@@ -125,14 +126,10 @@ class WorkerProcess:
         self._conn = own_end
         self._owner_pid = os.getpid()
         self._stopped = False
+        self._reaped = False
         self.pid: int = self._process.pid
         _running.add(self)
         logger.debug("AsynchronousDataAccessor worker process: %d", self.pid)
-
-    def _died(self) -> WorkerDied:
-        self._process.join(_LIVENESS_INTERVAL_S)
-        return WorkerDied(f"The worker process (pid {self.pid}) "
-                          f"{_describe_exit(self._process.exitcode)}.")
 
     def send(self, *message: Any) -> None:
         try:
@@ -151,32 +148,68 @@ class WorkerProcess:
                 raise self._died() from None
             # The pipe can outlive the worker in its own children (a torch
             # DataLoader's workers), so end of file alone is not enough.
-            if not self._process.is_alive() and not self._conn.poll(0):
+            if self._has_exited(0) and not self._conn.poll(0):
                 raise self._died()
 
+    def _died(self) -> WorkerDied:
+        # A worker that closed its pipe is about to exit: give it a moment.
+        self._has_exited(_KILL_GRACE_S)
+        self._reap()
+        return WorkerDied(f"The worker process (pid {self.pid}) "
+                          f"{_describe_exit(self._process.exitcode)}.")
+
     def stop(self) -> None:
-        """Stops the worker: politely, then SIGTERM, then SIGKILL.
-        Idempotent; a no-op in processes that merely inherited the handle
-        through fork."""
+        """Stops the worker: politely, then SIGTERM, then SIGKILL, and
+        kills whatever its process group still holds (the processes its
+        dataset started). Idempotent; a no-op in processes that merely
+        inherited the handle through fork."""
         if self._stopped or os.getpid() != self._owner_pid:
             return
         self._stopped = True
         _running.discard(self)
-        try:
-            self._conn.send((P.STOP,))
-        except (OSError, ValueError):
-            pass  # already gone
-        self._process.join(_STOP_GRACE_S)
-        if self._process.is_alive():
-            logger.warning("AsynchronousDataAccessor worker process %d did "
-                           "not stop within %.0f s: terminating it.",
-                           self.pid, _STOP_GRACE_S)
-            self._process.terminate()
-            self._process.join(_KILL_GRACE_S)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(_KILL_GRACE_S)
+        if not self._reaped:
+            try:
+                self._conn.send((P.STOP,))
+            except (OSError, ValueError):
+                pass  # already gone
+            if not self._has_exited(_STOP_GRACE_S):
+                logger.warning(
+                    "AsynchronousDataAccessor worker process %d did not "
+                    "stop within %.0f s: terminating it.", self.pid,
+                    _STOP_GRACE_S)
+                self._signal_group(signal.SIGTERM)
+                self._has_exited(_KILL_GRACE_S)
+            self._reap()
         self._conn.close()
+
+    def _has_exited(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` s for the worker to exit, without reaping
+        it (``is_alive()`` would)."""
+        return bool(multiprocessing.connection.wait([self._process.sentinel],
+                                                    timeout))
+
+    def _reap(self) -> None:
+        """Kills the worker's process group, then reaps the worker.
+
+        The group id is the worker's pid, which stays reserved while the
+        worker or any process of its group exists. Under ``fork`` and
+        ``spawn`` the unreaped worker holds it until ``join``; a fork
+        server reaps its children itself, and only the kernel's cyclic pid
+        allocation keeps the id from being reused in the instant between
+        that and this sweep."""
+        if self._reaped:
+            return
+        self._signal_group(signal.SIGKILL)
+        self._process.join()
+        self._reaped = True
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            # The worker has not made its own group yet.
+            if not self._has_exited(0):
+                os.kill(self.pid, signum)
 
     def __del__(self):
         if hasattr(self, "_stopped"):

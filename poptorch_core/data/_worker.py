@@ -159,10 +159,9 @@ class _Worker:
             yield self._layout.flatten(element, self._source.where())
 
     def _start_epoch(self, elements: Optional[Iterator[Any]] = None) -> None:
-        if self._stream is not None:
-            # Close now so that an abandoned torch iterator shuts down its
-            # worker processes before the next epoch starts its own.
-            self._stream.close()
+        # Close now so that an abandoned torch iterator shuts down its
+        # worker processes before the next epoch starts its own.
+        self.close()
         stream = self._flat_elements(elements or self._source.epoch())
         if self._config.rebatched_size is not None:
             stream = _rebatch(stream, self._config.rebatched_size,
@@ -216,6 +215,13 @@ class _Worker:
         lengths = self._layout.write(self._slots[slot], tensors)
         self._send(P.ITEM, self._generation, slot, lengths)
 
+    def close(self) -> None:
+        """Closes the epoch's iterators (a torch DataLoader iterator shuts
+        down its worker processes)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def run(self) -> None:
         while True:
             while self._receive(0):
@@ -231,12 +237,22 @@ def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise _Stop()
+
+
 def worker_main(dataset: Any, conn: Any, config: P.WorkerConfig,
                 parent_end: Any = None) -> None:
     """Entry point of the worker process."""
-    # Ctrl-C reaches the whole process group: the consumer decides when the
-    # worker stops, so a KeyboardInterrupt here would only print noise.
+    # A process group of its own: the consumer can then sweep up the
+    # processes the dataset started (a torch DataLoader's workers) even if
+    # this one has to be killed, and Ctrl-C in a terminal reaches the
+    # consumer only, which decides when the worker stops.
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM unwinds through the finally clause below, so that an open
+    # torch DataLoader iterator shuts its workers down.
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     if parent_end is not None:
         # Inherited through fork: closing it lets the pipe report end of
         # file once the consumer is gone.
@@ -257,5 +273,6 @@ def worker_main(dataset: Any, conn: Any, config: P.WorkerConfig,
     except _Stop:
         pass
     finally:
+        worker.close()
         conn.close()
 

@@ -178,7 +178,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 "IterableDataset: split the data between processes in the "
                 "dataset's __iter__ (see options.Distributed.processId and "
                 "numProcesses) and pass auto_distributed_partitioning=False.")
-        if num_workers > 1 and "worker_init_fn" not in kwargs:
+        if num_workers > 1 and kwargs.get("worker_init_fn") is None:
             logger.warning(
                 "IterableDataset used with num_workers=%d but no "
                 "worker_init_fn specified: as a result the DataLoader will "
@@ -258,9 +258,10 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __getstate__(self) -> Dict[str, Any]:
         # The accessor's worker receives a pickled copy of the loader and
-        # iterates it synchronously.
+        # iterates it synchronously, with worker processes of its own.
         state = self.__dict__.copy()
         state["_accessor"] = None
+        state["_iterator"] = None
         return state
 
     def __del__(self):
