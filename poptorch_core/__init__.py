@@ -50,17 +50,3 @@ def importPoptorchMetadataFromFile(filename: str):
     """Reads the metadata stored by ``PoplarExecutor.save``."""
     from .executor._serialization import read_metadata
     return read_metadata(filename)
-
-
-def _register_geometric_parsers() -> None:
-    # PopTorch registers PopTorch Geometric's argument parsers when the
-    # package is installed, so that PyG batches are valid model inputs even
-    # when the user never imports poptorch_geometric.
-    import importlib.util
-    if importlib.util.find_spec("torch_geometric") is None:
-        return
-    try:
-        from poptorch_geometric.types import registerCustomArgParsers
-    except ImportError:
-        return
-    registerCustomArgParsers()

@@ -53,8 +53,7 @@ def registerCustomArgParser(data_type: Type,
     _parsers[data_type] = arg_parser
 
 
-def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
-    """The parser for ``value``: exact type first, then ``isinstance``."""
+def _lookup(value: Any) -> Optional[ICustomArgParser]:
     parser = _parsers.get(type(value))
     if parser is not None:
         return parser
@@ -62,6 +61,30 @@ def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
         if isinstance(value, data_type):
             return candidate
     return None
+
+
+_geometric_registered = False
+
+
+def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
+    """The parser for ``value``: exact type first, then ``isinstance``.
+
+    PyG data objects get PopTorch Geometric's parser even when the script
+    never imported ``poptorch_geometric``, as PopTorch does when PopTorch
+    Geometric is installed (imported on first use, not at ``import
+    poptorch``, to keep that import fast).
+    """
+    global _geometric_registered
+    parser = _lookup(value)
+    if parser is None and not _geometric_registered and \
+            type(value).__module__.startswith("torch_geometric"):
+        _geometric_registered = True
+        try:
+            import poptorch_geometric  # noqa: F401  (registers its parsers)
+        except ImportError:
+            return None
+        parser = _lookup(value)
+    return parser
 
 
 def flattenTensors(struct: Any) -> List[torch.Tensor]:
