@@ -185,11 +185,43 @@ def assert_epoch(accessor, expected):
 
 
 def pid_exists(pid):
+    """True while ``pid`` exists, zombie or not (a zombie was not reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+def _stat(pid):
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        # The command name, in parentheses, may contain spaces.
+        return handle.read().rsplit(")", 1)[1].split()
+
+
+def children_of(pid):
+    children = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(_stat(entry)[1]) == pid:
+                children.append(int(entry))
+        except OSError:
+            pass  # exited meanwhile
+    return children
+
+
+def eventually_gone(pid, timeout=30.0):
+    """Waits for ``pid`` to stop running (a zombie counts as stopped: the
+    orphans here are reaped by init, not by the test)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if _stat(pid)[0] in ("Z", "X"):
+                return True
+        except OSError:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 @pytest.mark.parametrize("kind", ["tensor", "tuple", "list", "dict"])
@@ -355,6 +387,22 @@ def test_killed_worker_raises_instead_of_hanging():
     with pytest.raises(poptorch.Error, match="SIGKILL"):
         iter(accessor)
     accessor.terminate()
+
+
+def test_killed_worker_takes_its_loader_workers_with_it():
+    loader = torch.utils.data.DataLoader(Squares(length=40), batch_size=2,
+                                         num_workers=2,
+                                         persistent_workers=True)
+    accessor = AsynchronousDataAccessor(loader)
+    next(iter(accessor))
+    pid = accessor._worker.pid  # pylint: disable=protected-access
+    loader_workers = children_of(pid)
+    assert len(loader_workers) == 2
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(poptorch.Error, match="SIGKILL"):
+        list(accessor)
+    # Torch's own watchdog would take up to 5 s: the sweep is immediate.
+    assert all(eventually_gone(p, timeout=2.0) for p in loader_workers)
 
 
 def test_terminate_is_idempotent_and_reaps():
