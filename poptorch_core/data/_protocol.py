@@ -12,7 +12,8 @@ Worker -> consumer::
     (SETUP_FAILED, details)             instead of BUFFERS: loading failed
     (ITEM, gen, slot, lengths)          slot ``slot`` holds the next element
     (END, gen, slot)                    end of an epoch (uses a slot credit)
-    (ERROR, gen, details, exception)    loading failed; the worker idles
+    (ERROR, gen, details, pickled)      loading failed; the worker idles
+                                        (``pickled``: the exception, or None)
 
 Consumer -> worker::
 

@@ -89,12 +89,13 @@ def _failure(where: str, error: BaseException) -> P.FailureDetails:
         pid=os.getpid())
 
 
-def _picklable(error: BaseException) -> Optional[BaseException]:
+def _pickled(error: BaseException) -> Optional[bytes]:
+    """``error`` pickled, so that the consumer can chain it if it can load
+    it; None if it cannot be pickled."""
     try:
-        pickle.loads(pickle.dumps(error))
+        return pickle.dumps(error)
     except Exception:  # pylint: disable=broad-except
         return None
-    return error
 
 
 class _Worker:
@@ -208,7 +209,7 @@ class _Worker:
         except Exception as error:  # pylint: disable=broad-except
             self._send(P.ERROR, self._generation,
                        _failure(self._source.where(), error),
-                       _picklable(error))
+                       _pickled(error))
             self._idle = True
             return
         slot = self._free.popleft()

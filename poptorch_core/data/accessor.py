@@ -3,6 +3,7 @@
 The worker fills a ring of shared-memory buffers while the consumer (the
 training loop) uses the previous element, so data loading overlaps compute.
 """
+import pickle
 from typing import Any, Optional
 
 import torch
@@ -34,14 +35,25 @@ def _fetcher_error(detail: str) -> _DataFetcherError:
                              "poptorch_py_error")
 
 
+def _load_exception(pickled: Optional[bytes]) -> Optional[BaseException]:
+    """The worker's exception, if this process can rebuild it (its class
+    may not be importable here); its text is in the error message anyway."""
+    if pickled is None:
+        return None
+    try:
+        return pickle.loads(pickled)
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
 def _poptorch_loader_type() -> type:
     from .loader import DataLoader  # pylint: disable=import-outside-toplevel
     return DataLoader
 
 
 class AsynchronousDataAccessor:
-    """Iterates ``dataset`` in a worker process that stays ``buffer_size``
-    elements ahead.
+    """Iterates ``dataset`` in a worker process that loads ahead of the
+    consumer into a ring of ``buffer_size`` shared-memory slots.
 
     Elements must be a tensor, a tuple or list of tensors, a dict of tensors
     or a type registered with :func:`poptorch.registerCustomArgParser`, with
@@ -245,9 +257,9 @@ class AsynchronousDataAccessor:
             self._send(P.RELEASE, self._generation, message[2])
             self._exhausted = True
             raise StopIteration
-        _, _, details, original = message
+        _, _, details, pickled = message
         self._failure = details.describe()
-        raise _fetcher_error(self._failure) from original
+        raise _fetcher_error(self._failure) from _load_exception(pickled)
 
     def __len__(self) -> int:
         dataset = self._dataset
