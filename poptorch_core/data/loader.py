@@ -5,7 +5,7 @@ A PopTorch model consumes ``batch_size x D x (R / g) x G`` samples per call
 accumulation). This loader asks torch for batches of that combined size, so
 each item it yields is exactly one call's input.
 """
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 
@@ -25,6 +25,18 @@ def _options_type() -> type:
     # package importable on its own.
     from ..options import Options  # pylint: disable=import-outside-toplevel
     return Options
+
+
+def _check_batch_sampler(batch_size: Optional[int], shuffle: Optional[bool],
+                         partitioning: bool) -> None:
+    if batch_size != 1 or shuffle:
+        raise createPoptorchError(
+            "`batch_sampler` option is mutually exclusive with "
+            "batch_size, shuffle.")
+    if partitioning:
+        raise createPoptorchError(
+            "`batch_sampler` option is mutually exclusive with "
+            "auto_distributed_partitioning=True.")
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -96,20 +108,14 @@ class DataLoader(torch.utils.data.DataLoader):
         processes = options.Distributed.numProcesses
         self._combine_sampler_batches = batch_sampler is not None
         if batch_sampler is not None:
-            if batch_size != 1 or shuffle:
-                raise createPoptorchError(
-                    "`batch_sampler` option is mutually exclusive with "
-                    "batch_size, shuffle.")
-            if processes > 1 and auto_distributed_partitioning:
-                raise createPoptorchError(
-                    "`batch_sampler` option is mutually exclusive with "
-                    "auto_distributed_partitioning=True.")
+            _check_batch_sampler(batch_size, shuffle, processes > 1 and
+                                 auto_distributed_partitioning)
+            # Each sampler batch is one micro-batch.
             batch_size = getattr(batch_sampler, "batch_size", None)
         self._combined_batch_size = (
             None if batch_size is None else
             batch_size * self._num_batches_to_combine)
         cbs = self._combined_batch_size
-
         if self._is_iterable:
             self._check_iterable(auto_distributed_partitioning, processes,
                                  num_workers, kwargs)
@@ -119,35 +125,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 len(dataset) % cbs:
             self._warn_partial_batch(len(dataset))
 
-        # AsyncRebatched, or Async with a short final batch, joins torch
-        # batches into combined batches in the accessor's worker.
-        if mode == DataLoaderMode.AsyncRebatched and batch_sampler is not None:
-            raise ValueError(
-                "mode=DataLoaderMode.AsyncRebatched re-batches torch batches "
-                "of rebatched_worker_size samples, but a batch_sampler "
-                "decides the batches: use mode=DataLoaderMode.Async.")
-        self._rebatched = (cbs or 0) > 1 and batch_sampler is None and (
-            mode == DataLoaderMode.AsyncRebatched or
-            (mode == DataLoaderMode.Async and not drop_last))
-        torch_batch_size = 1 if batch_sampler is not None else cbs
-        # Without a torch batch size (a batch_sampler, or batch_size=None)
-        # torch rejects drop_last; combined groups apply it in __iter__.
-        torch_drop_last = drop_last and torch_batch_size is not None and \
-            batch_sampler is None
-        if self._rebatched:
-            torch_batch_size = rebatched_worker_size or cbs
-            assert torch_batch_size <= cbs, (
-                f"The rebatched_worker_size ({torch_batch_size}) must be <= "
-                f"to the combined batch size ({cbs})")
-            # Partial worker batches are joined; the accessor applies
-            # drop_last to the final combined batch.
-            torch_drop_last = False
-        elif rebatched_worker_size is not None and \
-                mode != DataLoaderMode.AsyncRebatched:
-            raise ValueError(
-                "rebatched_worker_size is only used with "
-                "mode=poptorch.DataLoaderMode.AsyncRebatched.")
-
+        torch_batch_size, torch_drop_last = self._torch_batching(
+            mode, batch_sampler, rebatched_worker_size)
         super().__init__(dataset=dataset,
                          batch_size=torch_batch_size,
                          shuffle=shuffle,
@@ -156,17 +135,8 @@ class DataLoader(torch.utils.data.DataLoader):
                          persistent_workers=persistent_workers,
                          batch_sampler=batch_sampler,
                          **kwargs)
-
         if mode != DataLoaderMode.Sync:
-            async_options = dict(async_options or {})
-            assert "rebatched_size" not in async_options, (
-                "The DataLoader sets the AsynchronousDataAccessor's "
-                "rebatched_size itself: use mode=DataLoaderMode."
-                "AsyncRebatched and rebatched_worker_size instead.")
-            if self._rebatched:
-                async_options["rebatched_size"] = cbs
-            self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
-                self, **async_options)
+            self._start_accessor(async_options)
 
     # -- construction helpers -------------------------------------------
     def _check_iterable(self, auto_distributed_partitioning: bool,
@@ -209,6 +179,54 @@ class DataLoader(torch.utils.data.DataLoader):
                 len(kwargs["sampler"]) % self._combined_batch_size:
             self._warn_partial_batch(len(kwargs["sampler"]))
         return False
+
+    def _torch_batching(self, mode: DataLoaderMode, batch_sampler: Any,
+                        rebatched_worker_size: Optional[int]
+                        ) -> Tuple[Optional[int], bool]:
+        """The torch loader's ``batch_size`` and ``drop_last``; decides
+        whether the accessor re-batches (``self._rebatched``)."""
+        cbs = self._combined_batch_size
+        if mode == DataLoaderMode.AsyncRebatched:
+            if batch_sampler is not None:
+                raise ValueError(
+                    "mode=DataLoaderMode.AsyncRebatched re-batches torch "
+                    "batches of rebatched_worker_size samples, but a "
+                    "batch_sampler decides the batches: use "
+                    "mode=DataLoaderMode.Async.")
+            if rebatched_worker_size is not None and cbs is not None:
+                assert rebatched_worker_size <= cbs, (
+                    f"The rebatched_worker_size ({rebatched_worker_size}) "
+                    f"must be <= to the combined batch size ({cbs})")
+        elif rebatched_worker_size is not None:
+            raise ValueError(
+                "rebatched_worker_size is only used with "
+                "mode=poptorch.DataLoaderMode.AsyncRebatched.")
+        # Async with a short final batch re-batches too, so that partial
+        # torch batches are joined exactly as AsyncRebatched joins them.
+        self._rebatched = (cbs or 0) > 1 and batch_sampler is None and (
+            mode == DataLoaderMode.AsyncRebatched or
+            (mode == DataLoaderMode.Async and not self._drop_last))
+        if self._rebatched:
+            # The accessor applies drop_last to the final combined batch.
+            return rebatched_worker_size or cbs, False
+        if batch_sampler is not None:
+            # Torch rejects drop_last with a batch_sampler: the combined
+            # groups apply it in __iter__.
+            return 1, False
+        # Torch rejects drop_last without a batch size too.
+        return cbs, self._drop_last and cbs is not None
+
+    def _start_accessor(self, async_options: Optional[Dict[str, Any]]
+                        ) -> None:
+        async_options = dict(async_options or {})
+        assert "rebatched_size" not in async_options, (
+            "The DataLoader sets the AsynchronousDataAccessor's "
+            "rebatched_size itself: use mode=DataLoaderMode.AsyncRebatched "
+            "and rebatched_worker_size instead.")
+        if self._rebatched:
+            async_options["rebatched_size"] = self._combined_batch_size
+        self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
+            self, **async_options)
 
     def _warn_partial_batch(self, num_samples: int) -> None:
         logger.warning(
