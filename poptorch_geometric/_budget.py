@@ -12,11 +12,12 @@ Example::
     (3, 7, 16)
 """
 import dataclasses
-from typing import Any, Dict, Hashable, List
+from typing import Any, Dict, Hashable, List, Optional
 
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
+from ._columns import Columns
 from ._padding import (AttrSpec, Level, PaddingPlan, split_evenly,
                        split_hosted)
 from ._sizes import hetero_counts, homogeneous_counts
@@ -65,7 +66,8 @@ class BatchRoom:
     edges: Dict[Hashable, Room]
 
     @classmethod
-    def measure(cls, data_list: List[BaseData], opts: Any) -> "BatchRoom":
+    def measure(cls, data_list: List[BaseData], opts: Any,
+                columns: Optional[Columns] = None) -> "BatchRoom":
         if isinstance(data_list[0], HeteroData):
             node_counts, edge_counts = hetero_counts(data_list)
         else:
@@ -74,7 +76,7 @@ class BatchRoom:
                 raise ValueError(
                     "FixedSizeOptions give sizes per node/edge type but the "
                     "data is homogeneous (Data): give int sizes.")
-            nodes, edges = homogeneous_counts(data_list)
+            nodes, edges = homogeneous_counts(data_list, columns)
             node_counts, edge_counts = {None: nodes}, {None: edges}
         return cls(
             {t: Room("nodes", t, c, _limit(opts.num_nodes, t, "nodes"))

@@ -1,23 +1,31 @@
 """Attributes of a list of plain ``Data`` graphs, gathered once per batch.
 
-Label detection, attribute classification and the fast collation path all
-read the same per-graph values; reading them through ``Data.__getattr__``
-for every graph and every step would cost more than the collation itself.
+Label detection, attribute classification, node/edge counting and the fast
+collation path all read the same per-graph values; reading them through
+``Data.__getattr__`` for every graph and every step would cost more than the
+collation itself.
 
 Example::
 
     >>> import torch
     >>> from torch_geometric.data import Data
     >>> cols = Columns.of([Data(x=torch.ones(2, 3)), Data(x=torch.ones(4, 3))])
-    >>> cols.sizes("x", 0)
-    [2, 4]
+    >>> cols.sizes("x", 0), cols.node_counts()
+    ([2, 4], [2, 4])
 """
-from typing import Any, Dict, List, Optional, Tuple
+import operator
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
+import torch
+from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
+from torch_geometric.data.storage import E_KEYS, N_KEYS
 
 __all__: List[str] = []
+
+_DTYPE = operator.attrgetter("dtype")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
 class Columns:
@@ -28,12 +36,14 @@ class Columns:
         self.mappings = [d._store._mapping for d in data_list]
         self._columns: Dict[str, List[Any]] = {}
         self._sizes: Dict[Tuple[str, int], List[int]] = {}
+        self._plain: Dict[str, bool] = {}
+        self._same_keys: Optional[bool] = None
 
     @staticmethod
     def of(data_list: List[BaseData]) -> Optional["Columns"]:
         """Columns of ``data_list``, or None unless every graph is a plain
         ``Data`` (subclasses may batch differently)."""
-        if all(type(d) is Data for d in data_list):
+        if set(map(type, data_list)) == {Data}:
             return Columns(data_list)
         return None
 
@@ -54,3 +64,63 @@ class Columns:
             sizes = [v.shape[dim] for v in column]
             self._sizes[(key, dim)] = sizes
         return sizes
+
+    def node_counts(self) -> Optional[List[int]]:
+        """Every graph's ``num_nodes`` as PyG infers it, or None when that
+        needs PyG's own walk through the store."""
+        return self._counts("num_nodes", N_KEYS)
+
+    def edge_counts(self) -> Optional[List[int]]:
+        """Every graph's ``num_edges`` as PyG infers it, or None."""
+        return self._counts("num_edges", E_KEYS)
+
+    def _counts(self, explicit: str,
+                known_keys: FrozenSet[str]) -> Optional[List[int]]:
+        # PyG takes an explicit count, else the size of the first tensor
+        # in store order whose key is well known (``x``, ``edge_index``...).
+        # When every graph has the same keys and all candidate tensors
+        # agree on their sizes, the order no longer matters.
+        first = self.mappings[0]
+        keys = first.keys()
+        if self._same_keys is None:
+            self._same_keys = all(m.keys() == keys for m in self.mappings)
+        if not self._same_keys:
+            return None
+        if explicit in first:
+            counts = self.column(explicit)
+            return counts if all(type(c) is int for c in counts) else None
+        candidates = [k for k in keys if k in known_keys]
+        if not candidates or not all(
+                self.plain_tensors(k) and self.column(k)[0].dim() > 0
+                for k in candidates):
+            return None
+        try:
+            counts = self.sizes(candidates[0], _cat_dim(candidates[0]))
+            if any(self.sizes(k, _cat_dim(k)) != counts
+                   for k in candidates[1:]):
+                return None
+        except IndexError:  # a 0-dim value among them: let PyG decide
+            return None
+        return counts
+
+    def plain_tensors(self, key: str) -> bool:
+        """True when ``key`` holds dense CPU tensors of one dtype without
+        gradients in every graph (what the fast collation path handles)."""
+        plain = self._plain.get(key)
+        if plain is None:
+            column = self.column(key)
+            v0 = column[0]
+            # map() with C-level getters: this runs for every attribute of
+            # every batch.
+            plain = (type(v0) is Tensor and v0.layout == torch.strided
+                     and v0.device.type == "cpu" and not v0.is_nested
+                     and set(map(type, column)) == {Tensor}
+                     and len(set(map(_DTYPE, column))) == 1
+                     and not any(map(_REQUIRES_GRAD, column)))
+            self._plain[key] = plain
+        return plain
+
+
+def _cat_dim(key: str) -> int:
+    # ``Data.__cat_dim__`` for dense tensors.
+    return -1 if "index" in key or key == "face" else 0

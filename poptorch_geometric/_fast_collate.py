@@ -18,7 +18,7 @@ of tensors, attributes with ``"batch"`` in their name) and the caller takes
 the reference path.
 """
 from collections.abc import Mapping, Sequence
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -28,23 +28,16 @@ from torch_geometric.utils import cumsum
 
 from ._columns import Columns
 from ._padding import AttrSpec, Level, PaddingPlan, share_sizes
+from .common import DataBatch as _DATA_BATCH
 
 __all__: List[str] = []
 
-_CPU = torch.device("cpu")
 
-
-def _column_ok(column: List[Any]) -> bool:
-    """True when PyG batches ``column`` the plain way: dense CPU tensors
-    of one dtype concatenated, or Python values listed / made a tensor."""
+def _values_ok(column: List[Any]) -> bool:
+    """True when PyG lists the non-tensor values of ``column`` or makes
+    them one tensor (no nested dicts or lists of tensors)."""
     v0 = column[0]
-    if isinstance(v0, Tensor):
-        dtype = v0.dtype
-        return (v0.layout == torch.strided and v0.device == _CPU
-                and not v0.is_nested
-                and all(type(v) is Tensor and v.dtype == dtype
-                        and not v.requires_grad for v in column))
-    if isinstance(v0, (Mapping, TensorFrame)):
+    if isinstance(v0, (Tensor, Mapping, TensorFrame)):
         return False
     return not (isinstance(v0, Sequence) and not isinstance(v0, str)
                 and len(v0) > 0 and isinstance(v0[0], Tensor))
@@ -59,7 +52,12 @@ def _gather(columns: Columns, keys: List[str]) -> bool:
             column = columns.column(key)
         except KeyError:
             return False  # PyG raises its own error on the reference path
-        if not _column_ok(column):
+        if isinstance(column[0], Tensor):
+            # Gradients would make ``torch.cat(out=...)`` raise; mixed
+            # dtypes would promote unlike PyG's per-graph additions.
+            if not columns.plain_tensors(key):
+                return False
+        elif not _values_ok(column):
             return False
     return True
 
@@ -81,8 +79,24 @@ class _Offsets:
         return torch.zeros(self.num_graphs, dtype=torch.long)
 
 
+class _SizeTensors:
+    """``torch.tensor(real + padding sizes)``, built once per distinct pair
+    of size lists (node-level attributes share one, edge-level another)."""
+
+    def __init__(self) -> None:
+        self._cache: Dict[Tuple[int, int], Tensor] = {}
+
+    def get(self, real: List[int], pad: List[int]) -> Tensor:
+        key = (id(real), id(pad))
+        tensor = self._cache.get(key)
+        if tensor is None:
+            tensor = torch.tensor(real + pad)
+            self._cache[key] = tensor
+        return tensor
+
+
 def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
-                    offsets: _Offsets):
+                    offsets: _Offsets, size_tensors: _SizeTensors):
     column = columns.column(spec.key)
     v0 = column[0]
     if spec.cat_dim is None:  # 0-dim: one entry per graph, as PyG unsqueezes
@@ -91,7 +105,7 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
     else:
         dim = spec.cat_dim % v0.dim()
         real_sizes = columns.sizes(spec.key, dim)
-    sizes = torch.tensor(real_sizes + pad_sizes)
+    sizes = size_tensors.get(real_sizes, pad_sizes)
     num_real = sum(real_sizes)
     shape = list(column[0].shape)
     shape[dim] = num_real + sum(pad_sizes)
@@ -145,7 +159,10 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
 
     shares = plan.node_shares[None]
     offsets = _Offsets(node_counts + shares)
-    out = Batch(_base_cls=Data)
+    size_tensors = _SizeTensors()
+    # What ``Batch(_base_cls=Data)`` builds, without the metaclass's
+    # per-call signature inspection.
+    out = type.__call__(_DATA_BATCH)
     out_store = out._store
     slice_dict: Dict[str, Any] = {}
     inc_dict: Dict[str, Any] = {}
@@ -162,7 +179,8 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
                                                   plan.num_pad_graphs, offsets)
         else:
             value, slices, incs = _collate_tensor(
-                spec, columns, share_sizes(plan, None, spec), offsets)
+                spec, columns, share_sizes(plan, None, spec), offsets,
+                size_tensors)
         out_store[key] = value
         slice_dict[key] = slices
         inc_dict[key] = incs

@@ -13,13 +13,15 @@ Example::
     >>> node_count(g), edge_count(g)
     (3, 4)
 """
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.data.storage import E_KEYS, N_KEYS
 from torch_geometric.typing import EdgeType, NodeType
+
+from ._columns import Columns
 
 __all__: List[str] = []
 
@@ -55,10 +57,17 @@ def edge_count(data: Data) -> int:
     return data.num_edges
 
 
-def homogeneous_counts(data_list: List[Data]) -> Tuple[List[int], List[int]]:
-    """Per-graph node and edge counts."""
-    return ([node_count(d) for d in data_list],
-            [edge_count(d) for d in data_list])
+def homogeneous_counts(data_list: List[Data], columns: Optional[Columns]
+                       ) -> Tuple[List[int], List[int]]:
+    """Per-graph node and edge counts (from ``columns`` when they can
+    tell)."""
+    nodes = columns.node_counts() if columns is not None else None
+    edges = columns.edge_counts() if columns is not None else None
+    if nodes is None:
+        nodes = [node_count(d) for d in data_list]
+    if edges is None:
+        edges = [edge_count(d) for d in data_list]
+    return nodes, edges
 
 
 def hetero_counts(data_list: List[HeteroData]

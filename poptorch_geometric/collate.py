@@ -136,11 +136,12 @@ class FixedSizeCollater(Collater):
         hetero = isinstance(first, HeteroData)
         if hetero and not self.opts.is_hetero():
             self.opts.to_hetero(first.node_types, first.edge_types)
-        assert all(type(d) is type(first) for d in data_list), (
+        types = set(map(type, data_list))
+        assert len(types) == 1, (
             "All graphs of a batch must have the same type, got "
-            f"{sorted({type(d).__name__ for d in data_list})}.")
-        room = BatchRoom.measure(data_list, self.opts)
+            f"{sorted(t.__name__ for t in types)}.")
         columns = None if hetero else Columns.of(data_list)
+        room = BatchRoom.measure(data_list, self.opts, columns)
         if not hetero:
             self._detect_labels_type(data_list, columns,
                                      room.nodes[None].counts)
@@ -155,16 +156,13 @@ class FixedSizeCollater(Collater):
                 "Increase num_graphs in FixedSizeOptions or pass fewer "
                 "graphs.")
 
-        if self.trim_nodes and room.overflows("nodes"):
-            data_list = self._trim(data_list, room, "nodes", num_pad_graphs)
-            room = BatchRoom.measure(data_list, self.opts)
-        if self.trim_edges and room.overflows("edges"):
-            data_list = self._trim(data_list, room, "edges", num_pad_graphs)
-            room = BatchRoom.measure(data_list, self.opts)
+        for kind, trim in (("nodes", self.trim_nodes),
+                           ("edges", self.trim_edges)):
+            if trim and room.overflows(kind):
+                data_list = self._trim(data_list, room, kind, num_pad_graphs)
+                columns = None if hetero else Columns.of(data_list)
+                room = BatchRoom.measure(data_list, self.opts, columns)
         room.check_fits(num_graphs, self.opts.num_graphs)
-        if columns is not None and columns.mappings[0] is not \
-                data_list[0]._store._mapping:  # trimmed: new graphs
-            columns = Columns.of(data_list)
 
         exclude = self.exclude_keys or []
         if hetero:
