@@ -36,36 +36,37 @@ def _sync_args(args: Any, kwargs: Optional[Dict[str, Any]]) -> None:
                 sync()
 
 
-class _SyncingParameter(torch.nn.Parameter):
+class _SyncOnAccess:
+    """Mixin: every torch function on an instance syncs it first, then runs
+    on the plain tensor. Subclasses define ``_plain_copy()``, the
+    un-instrumented copy that ``copy.deepcopy`` returns."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _sync_args(args, kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = self._plain_copy()
+        return memo[id(self)]
+
+
+class _SyncingParameter(_SyncOnAccess, torch.nn.Parameter):
     """A parameter of a model wrapped for training."""
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        _sync_args(args, kwargs)
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
-
-    def __deepcopy__(self, memo):
-        if id(self) not in memo:
-            memo[id(self)] = torch.nn.Parameter(
-                self.data.clone(memory_format=torch.preserve_format),
-                self.requires_grad)
-        return memo[id(self)]
+    def _plain_copy(self) -> torch.nn.Parameter:
+        return torch.nn.Parameter(
+            self.data.clone(memory_format=torch.preserve_format),
+            self.requires_grad)
 
 
-class _SyncingBuffer(torch.Tensor):
+class _SyncingBuffer(_SyncOnAccess, torch.Tensor):
     """A buffer of a model wrapped for training."""
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        _sync_args(args, kwargs)
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
-
-    def __deepcopy__(self, memo):
-        if id(self) not in memo:
-            memo[id(self)] = self.as_subclass(torch.Tensor).clone()
-        return memo[id(self)]
+    def _plain_copy(self) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor).clone()
 
     def __reduce_ex__(self, protocol):
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
