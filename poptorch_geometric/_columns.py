@@ -95,8 +95,8 @@ class Columns:
                 for k in candidates):
             return None
         try:
-            counts = self.sizes(candidates[0], _cat_dim(candidates[0]))
-            if any(self.sizes(k, _cat_dim(k)) != counts
+            counts = self.sizes(candidates[0], cat_dim(candidates[0]))
+            if any(self.sizes(k, cat_dim(k)) != counts
                    for k in candidates[1:]):
                 return None
         except IndexError:  # a 0-dim value among them: let PyG decide
@@ -121,6 +121,6 @@ class Columns:
         return plain
 
 
-def _cat_dim(key: str) -> int:
-    # ``Data.__cat_dim__`` for dense tensors.
+def cat_dim(key: str) -> int:
+    """``Data.__cat_dim__`` of a dense tensor attribute ``key``."""
     return -1 if "index" in key or key == "face" else 0

@@ -13,7 +13,7 @@ Example::
     >>> node_count(g), edge_count(g)
     (3, 4)
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -21,40 +21,38 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.data.storage import E_KEYS, N_KEYS
 from torch_geometric.typing import EdgeType, NodeType
 
-from ._columns import Columns
+from ._columns import Columns, cat_dim
 
 __all__: List[str] = []
 
 _STRIDED = torch.strided
 
 
-def node_count(data: Data) -> int:
-    """``data.num_nodes`` (0 when PyG cannot tell)."""
+def _count(data: Data, explicit: str, known_keys: FrozenSet[str],
+           fallback: str) -> int:
+    # PyG's rule: an explicit count, else the size of the first tensor in
+    # store order whose key is well known; anything unusual goes to PyG.
     if type(data) is Data:
         mapping = data._store._mapping
-        if "num_nodes" in mapping:
-            return mapping["num_nodes"]
+        if explicit in mapping:
+            return mapping[explicit]
         for key, value in mapping.items():
-            if key in N_KEYS:
-                # N_KEYS never hold "index", so Data concatenates them on 0.
-                if type(value) is Tensor and value.layout is _STRIDED:
-                    return value.size(0)
+            if key in known_keys:
+                if type(value) is Tensor and value.layout is _STRIDED \
+                        and value.dim() > 0:
+                    return value.size(cat_dim(key))
                 break
-    return data.num_nodes or 0
+    return getattr(data, fallback) or 0
+
+
+def node_count(data: Data) -> int:
+    """``data.num_nodes`` (0 when PyG cannot tell)."""
+    return _count(data, "num_nodes", N_KEYS, "num_nodes")
 
 
 def edge_count(data: Data) -> int:
     """``data.num_edges``."""
-    if type(data) is Data:
-        mapping = data._store._mapping
-        if "num_edges" in mapping:
-            return mapping["num_edges"]
-        for key, value in mapping.items():
-            if key in E_KEYS:
-                if type(value) is Tensor and value.layout is _STRIDED:
-                    return value.size(-1 if "index" in key else 0)
-                break
-    return data.num_edges
+    return _count(data, "num_edges", E_KEYS, "num_edges")
 
 
 def homogeneous_counts(data_list: List[Data], columns: Optional[Columns]

@@ -17,7 +17,8 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import HeteroData
+from torch_geometric.data.data import BaseData
 
 __all__ = ["create_slices_and_preserve_mask", "TrimCounts"]
 
@@ -74,67 +75,40 @@ def create_slices_and_preserve_mask(
     return slices, keep
 
 
-def prune_nodes(data_list: List[Data], counts: Sequence[int],
-                max_num: int) -> List[Data]:
-    """Random induced subgraphs of ``data_list`` with ``max_num`` nodes in
-    all (incident edges go with their nodes)."""
-    if max_num < len(data_list):
-        raise RuntimeError(
-            f"Cannot trim {len(data_list)} graph(s) to {max_num} node(s): "
-            "every graph keeps at least one node. Increase num_nodes in "
-            "FixedSizeOptions or put fewer graphs in a batch.")
-    slices, keep = create_slices_and_preserve_mask(max_num, counts)
-    if slices is None:
-        return data_list
-    return [d if bool(keep[s].all()) else d.subgraph(keep[s])
-            for d, s in zip(data_list, slices)]
+def prune(data_list: List[BaseData], kind: str,
+          counts: Dict[Hashable, List[int]],
+          limits: Dict[Hashable, int]) -> List[BaseData]:
+    """Randomly removes ``kind`` ("nodes" or "edges") from the graphs until
+    the count of every type (``None`` for ``Data``) is within its limit.
 
+    Nodes go with their incident edges (induced subgraphs); removing edges
+    keeps every node. Graphs that keep everything are returned as they are.
 
-def prune_edges(data_list: List[Data], counts: Sequence[int],
-                max_num: int) -> List[Data]:
-    """Random edge subgraphs of ``data_list`` with ``max_num`` edges in all;
-    every node is kept."""
-    slices, keep = create_slices_and_preserve_mask(max_num, counts)
-    if slices is None:
-        return data_list
-    return [d if bool(keep[s].all()) else d.edge_subgraph(keep[s])
-            for d, s in zip(data_list, slices)]
-
-
-def prune_hetero_nodes(data_list: List[HeteroData],
-                       counts: Dict[Hashable, List[int]],
-                       max_num: Dict[Hashable, int]) -> List[HeteroData]:
-    """:func:`prune_nodes` for every node type whose budget overflows."""
+    Raises:
+        RuntimeError: a node limit is below the number of graphs (some
+            graph would lose its last node).
+    """
     subsets: List[Dict[Hashable, Tensor]] = [{} for _ in data_list]
-    for node_type, type_counts in counts.items():
-        if sum(type_counts) <= max_num[node_type]:
+    for store_type, type_counts in counts.items():
+        limit = limits[store_type]
+        if sum(type_counts) <= limit:
             continue
-        if max_num[node_type] < len(data_list):
+        if kind == "nodes" and limit < len(data_list):
+            of_type = "" if store_type is None else f" of type {store_type!r}"
             raise RuntimeError(
-                f"Cannot trim {len(data_list)} graph(s) to "
-                f"{max_num[node_type]} node(s) of type '{node_type}': every "
-                "graph keeps at least one node. Increase num_nodes in "
-                "FixedSizeOptions or put fewer graphs in a batch.")
-        slices, keep = create_slices_and_preserve_mask(max_num[node_type],
-                                                       type_counts)
+                f"Cannot trim {len(data_list)} graph(s) to {limit} "
+                f"node(s){of_type}: every graph keeps at least one node. "
+                "Increase num_nodes in FixedSizeOptions or put fewer graphs "
+                "in a batch.")
+        slices, keep = create_slices_and_preserve_mask(limit, type_counts)
         for subset, s in zip(subsets, slices):
-            subset[node_type] = keep[s]
-    return [d.subgraph(subset) if subset else d
+            if not bool(keep[s].all()):
+                subset[store_type] = keep[s]
+    return [_cut(d, kind, subset) if subset else d
             for d, subset in zip(data_list, subsets)]
 
 
-def prune_hetero_edges(data_list: List[HeteroData],
-                       counts: Dict[Hashable, List[int]],
-                       max_num: Dict[Hashable, int]) -> List[HeteroData]:
-    """:func:`prune_edges` for every edge type whose budget overflows."""
-    subsets: List[Dict[Hashable, Tensor]] = [{} for _ in data_list]
-    for edge_type, type_counts in counts.items():
-        if sum(type_counts) <= max_num[edge_type]:
-            continue
-        slices, keep = create_slices_and_preserve_mask(max_num[edge_type],
-                                                       type_counts)
-        for subset, s in zip(subsets, slices):
-            subset[edge_type] = keep[s]
-    return [d.edge_subgraph(subset) if subset else d
-            for d, subset in zip(data_list, subsets)]
-
+def _cut(data: BaseData, kind: str,
+         subset: Dict[Hashable, Tensor]) -> BaseData:
+    cut = data.subgraph if kind == "nodes" else data.edge_subgraph
+    return cut(subset) if isinstance(data, HeteroData) else cut(subset[None])

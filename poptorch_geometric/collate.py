@@ -30,8 +30,7 @@ from ._columns import Columns
 from ._classify import homogeneous_specs, hetero_specs
 from ._fast_collate import fast_collate
 from ._padding import Level, make_padding_graphs
-from ._trim import (TrimCounts, prune_edges, prune_hetero_edges,
-                    prune_hetero_nodes, prune_nodes)
+from ._trim import TrimCounts, prune
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -231,10 +230,7 @@ class FixedSizeCollater(Collater):
             if kind == "nodes" and num_pad_graphs > 0 and \
                     r.limit - 1 >= len(data_list):
                 limits[t] = r.limit - 1
-        if kind == "nodes":
-            trimmed = self._prune_nodes(data_list, limits)
-        else:
-            trimmed = self._prune_edges(data_list, limits)
+        trimmed = self._prune(kind, data_list, limits)
         changed = sum(a is not b for a, b in zip(data_list, trimmed))
         after = BatchRoom.measure(trimmed, self.opts)
         removed = sum(r.real for r in rooms.values()) - sum(
@@ -251,40 +247,29 @@ class FixedSizeCollater(Collater):
             changed, len(data_list))
         return trimmed
 
-    def _limits(self, limits: Optional[Dict[Hashable, int]], kind: str,
-                data_list: List[BaseData]) -> Dict[Hashable, int]:
-        if limits is not None:
-            return limits
+    def _prune(self, kind: str, data_list: List[BaseData],
+               limits: Optional[Dict[Hashable, int]]) -> List[BaseData]:
         room = BatchRoom.measure(data_list, self.opts)
         rooms = room.nodes if kind == "nodes" else room.edges
-        return {t: r.limit for t, r in rooms.items()}
+        if limits is None:
+            limits = {t: r.limit for t, r in rooms.items()}
+        return prune(data_list, kind, {t: r.counts for t, r in rooms.items()},
+                     limits)
 
     def _prune_nodes(self, data_list: List[BaseData],
                      limits: Optional[Dict[Hashable, int]] = None
                      ) -> List[BaseData]:
         """Randomly removes nodes (and their edges) until the node budget
-        (``limits``, default: the options' sizes) holds, keeping at least
-        one node per graph."""
-        limits = self._limits(limits, "nodes", data_list)
-        room = BatchRoom.measure(data_list, self.opts)
-        if isinstance(data_list[0], HeteroData):
-            return prune_hetero_nodes(
-                data_list, {t: r.counts for t, r in room.nodes.items()},
-                limits)
-        return prune_nodes(data_list, room.nodes[None].counts, limits[None])
+        (``limits`` by type, default: the options' sizes) holds, keeping at
+        least one node per graph."""
+        return self._prune("nodes", data_list, limits)
 
     def _prune_edges(self, data_list: List[BaseData],
                      limits: Optional[Dict[Hashable, int]] = None
                      ) -> List[BaseData]:
-        """Randomly removes edges until the edge budget (``limits``,
+        """Randomly removes edges until the edge budget (``limits`` by type,
         default: the options' sizes) holds; nodes are kept."""
-        limits = self._limits(limits, "edges", data_list)
-        room = BatchRoom.measure(data_list, self.opts)
-        if isinstance(data_list[0], HeteroData):
-            return prune_hetero_edges(
-                data_list, {t: r.counts for t, r in room.edges.items()},
-                limits)
-        return prune_edges(data_list, room.edges[None].counts, limits[None])
+        return self._prune("edges", data_list, limits)
 
     def _add_masks(self, batch: Batch, room: BatchRoom, num_real_graphs: int,
                    hetero: bool) -> None:

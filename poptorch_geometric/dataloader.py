@@ -18,17 +18,26 @@ Example::
     >>> batch.graphs_mask.shape        # 2 mini-batches of 5 graph slots
     torch.Size([10])
 """
+import inspect
 from typing import Any, List, Optional
 
 import poptorch_core as poptorch
 
 from . import pyg_dataloader
 from .collate import CombinedBatchingCollater
-from .fixed_size_options import FixedSizeOptions
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
 
 __all__ = ["DataLoader", "FixedSizeDataLoader", "FixedSizeStrategy",
            "OverSizeStrategy"]
+
+
+def _with_options(init: Any) -> inspect.Signature:
+    """``init``'s signature with ``options`` added before ``**kwargs``."""
+    params = list(inspect.signature(init).parameters.values())
+    options = inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY,
+                                default=None,
+                                annotation=Optional[poptorch.Options])
+    return inspect.Signature(params[:-1] + [options, params[-1]])
 
 
 class DataLoader(pyg_dataloader.DataLoader, poptorch.DataLoader):
@@ -76,27 +85,14 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     model's ``poptorch.Options``, default: new ones).
     """
 
-    def __init__(self,
-                 dataset: Any,
-                 batch_size: int = 2,
-                 shuffle: bool = False,
-                 fixed_size_options: Optional[FixedSizeOptions] = None,
-                 fixed_size_strategy: FixedSizeStrategy =
-                 FixedSizeStrategy.PadToMax,
-                 over_size_strategy: OverSizeStrategy = OverSizeStrategy.Error,
-                 add_pad_masks: bool = True,
-                 follow_batch: Optional[List[str]] = None,
-                 exclude_keys: Optional[List[str]] = None,
+    def __init__(self, *args: Any,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
-        super().__init__(dataset=dataset, batch_size=batch_size,
-                         shuffle=shuffle,
-                         fixed_size_options=fixed_size_options,
-                         fixed_size_strategy=fixed_size_strategy,
-                         over_size_strategy=over_size_strategy,
-                         add_pad_masks=add_pad_masks,
-                         follow_batch=follow_batch, exclude_keys=exclude_keys,
-                         options=options or poptorch.Options(), **kwargs)
+        super().__init__(*args, options=options or poptorch.Options(),
+                         **kwargs)
+
+    __init__.__signature__ = _with_options(
+        pyg_dataloader.FixedSizeDataLoader.__init__)
 
     def _create_collater(self, **collater_args: Any) -> Any:
         # With a batch sampler (StreamPack or the user's) each sampled list

@@ -116,18 +116,20 @@ class FixedSizeOptions:
     @property
     def total_num_nodes(self) -> Count:
         """All node slots (the sum over types when hetero)."""
-        if self.is_hetero():
-            self.total_num_nodes_hetero = sum(self.num_nodes.values())
-            return self.total_num_nodes_hetero
-        return self.num_nodes
+        return self._total("nodes")
 
     @property
     def total_num_edges(self) -> Count:
         """All edge slots (the sum over types when hetero)."""
-        if self.is_hetero():
-            self.total_num_edges_hetero = sum(self.num_edges.values())
-            return self.total_num_edges_hetero
-        return self.num_edges
+        return self._total("edges")
+
+    def _total(self, kind: str) -> Count:
+        value = getattr(self, f"num_{kind}")
+        if not self.is_hetero():
+            return value
+        total = sum(value.values())
+        setattr(self, f"total_num_{kind}_hetero", total)
+        return total
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_nodes={self.num_nodes} "

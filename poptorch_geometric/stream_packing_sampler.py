@@ -19,6 +19,21 @@ from poptorch_core._logging import logger
 __all__ = ["StreamPackingSampler"]
 
 
+def _budget(kind: str, value: Optional[int], max_num_graphs: int,
+            data_source: Dataset) -> int:
+    """The node or edge budget: checked when given, else room for the
+    largest graph in every slot (reads the whole dataset)."""
+    if value is None:
+        return max(getattr(d, f"num_{kind}") for d in data_source) * \
+            max_num_graphs
+    if value < max_num_graphs:
+        raise ValueError(
+            f"max_num_{kind} ({value}) must be at least max_num_graphs "
+            f"({max_num_graphs}): every graph slot needs room for one "
+            f"{kind[:-1]}.")
+    return value
+
+
 class _PackedBatch:
     """The accumulator of one batch: its indices and the room they use."""
 
@@ -81,22 +96,10 @@ class StreamPackingSampler(Sampler[List[int]]):
         if max_num_graphs < 1:
             raise ValueError(f"max_num_graphs ({max_num_graphs}) must be at "
                              "least 1.")
-        if max_num_nodes is None:
-            max_num_nodes = max(d.num_nodes for d in data_source) * \
-                max_num_graphs
-        elif max_num_nodes < max_num_graphs:
-            raise ValueError(
-                f"max_num_nodes ({max_num_nodes}) must be at least "
-                f"max_num_graphs ({max_num_graphs}): every graph slot needs "
-                "room for one node.")
-        if max_num_edges is None:
-            max_num_edges = max(d.num_edges for d in data_source) * \
-                max_num_graphs
-        elif max_num_edges < max_num_graphs:
-            raise ValueError(
-                f"max_num_edges ({max_num_edges}) must be at least "
-                f"max_num_graphs ({max_num_graphs}): every graph slot needs "
-                "room for one edge.")
+        max_num_nodes = _budget("nodes", max_num_nodes, max_num_graphs,
+                                data_source)
+        max_num_edges = _budget("edges", max_num_edges, max_num_graphs,
+                                data_source)
 
         self.data_source = data_source
         self.max_num_graphs = max_num_graphs
