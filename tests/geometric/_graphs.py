@@ -1,6 +1,8 @@
 """Graph builders, hypothesis strategies and an exact batch comparison shared
 by the geometric tests."""
-from typing import Any, List, Optional
+import contextlib
+from typing import Any, Iterator, List, Optional
+from unittest import mock
 
 import torch
 from hypothesis import strategies as st
@@ -24,6 +26,15 @@ def graph(num_nodes: int, num_edges: int, num_features: int = 2,
     for key, value in extra.items():
         data[key] = value
     return data
+
+
+@contextlib.contextmanager
+def fast_path_only() -> Iterator[None]:
+    """Fails any call of PyG's batching, which only the reference path
+    makes."""
+    with mock.patch.object(Batch, "from_data_list",
+                           side_effect=AssertionError("reference path")):
+        yield
 
 
 def assert_batches_identical(actual: Batch, expected: Batch) -> None:

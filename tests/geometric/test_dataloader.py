@@ -9,7 +9,8 @@ from torch_geometric.transforms import Pad
 
 import poptorch_core as poptorch
 from poptorch_geometric import (FixedSizeOptions, FixedSizeStrategy,
-                                dataloader, pyg_dataloader)
+                                batching_efficiency, dataloader,
+                                pyg_dataloader)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,18 @@ def test_fixed_size_combined_batches(fake_dataset, di, replicas,
             assert torch.equal(batch.edge_index[2 * b:2 * b + 2],
                                ref.edge_index)
             assert torch.equal(batch.y[b * 5:(b + 1) * 5], ref.y)
+
+
+def test_efficiency_of_combined_batches(fake_dataset):
+    fixed = FixedSizeOptions.from_dataset(fake_dataset, 5)
+    loader = dataloader.FixedSizeDataLoader(
+        fake_dataset, batch_size=5, fixed_size_options=fixed,
+        options=_opts(3))
+    report = batching_efficiency(loader)
+    assert report.num_batches == 5  # 60 graphs, 4 per mini-batch, 3 each
+    assert report.real_graphs == 60 and report.graph_slots == 75
+    assert report.real_nodes == sum(g.num_nodes for g in fake_dataset)
+    assert report.node_slots == 15 * fixed.num_nodes
 
 
 def test_stream_pack_combines_sampler_batches(fake_dataset):
