@@ -126,25 +126,12 @@ class FixedSizeCollater(Collater):
         self._warned_trim = False
 
     def __call__(self, data_list: List[BaseData]) -> Batch:
-        if not isinstance(data_list, list):
-            raise TypeError(f"Expected list, got {type(data_list).__name__}.")
-        if not data_list:
-            raise ValueError("FixedSizeCollater got an empty list: a batch "
-                             "needs at least one real graph.")
-        first = data_list[0]
-        hetero = isinstance(first, HeteroData)
-        if hetero and not self.opts.is_hetero():
-            self.opts.to_hetero(first.node_types, first.edge_types)
-        types = set(map(type, data_list))
-        assert len(types) == 1, (
-            "All graphs of a batch must have the same type, got "
-            f"{sorted(t.__name__ for t in types)}.")
+        hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
         if not hetero:
             self._detect_labels_type(data_list, columns,
                                      room.nodes[None].counts)
-
         num_graphs = len(data_list)
         num_pad_graphs = self.opts.num_graphs - num_graphs
         if num_pad_graphs < 0:
@@ -160,34 +147,55 @@ class FixedSizeCollater(Collater):
             if trim and room.overflows(kind):
                 data_list = self._trim(data_list, room, kind, num_pad_graphs)
                 columns = None if hetero else Columns.of(data_list)
-                room = BatchRoom.measure(data_list, self.opts, columns)
+                room = self._count_trimmed(room, BatchRoom.measure(
+                    data_list, self.opts, columns))
         room.check_fits(num_graphs, self.opts.num_graphs)
 
-        exclude = self.exclude_keys or []
-        if hetero:
-            specs = hetero_specs(data_list,
-                                 {t: r.counts for t, r in room.nodes.items()},
-                                 {t: r.counts for t, r in room.edges.items()},
-                                 self.opts, exclude)
-        else:
-            specs = {None: homogeneous_specs(
-                data_list, columns, room.nodes[None].counts,
-                room.edges[None].counts, self.opts, exclude, self._y_level(),
-                self._levels)}
-        plan = room.plan(specs, num_pad_graphs, hetero)
-
+        plan = room.plan(self._specs(data_list, columns, room, hetero),
+                         num_pad_graphs, hetero)
         batch = None
         if self.fast_path and not hetero:
             batch = fast_collate(data_list, columns, plan,
                                  room.nodes[None].counts, self.follow_batch,
-                                 exclude)
+                                 self.exclude_keys)
         if batch is None:
             batch = Batch.from_data_list(
                 data_list + make_padding_graphs(plan),
-                follow_batch=self.follow_batch, exclude_keys=exclude)
+                follow_batch=self.follow_batch,
+                exclude_keys=self.exclude_keys)
         if self.add_masks_to_batch:
             self._add_masks(batch, room, num_graphs, hetero)
         return batch
+
+    def _check_input(self, data_list: List[BaseData]) -> bool:
+        """Validates the list; returns whether it holds ``HeteroData`` (and
+        then gives the options a size per type)."""
+        if not isinstance(data_list, list):
+            raise TypeError(f"Expected list, got {type(data_list).__name__}.")
+        if not data_list:
+            raise ValueError("FixedSizeCollater got an empty list: a batch "
+                             "needs at least one real graph.")
+        first = data_list[0]
+        hetero = isinstance(first, HeteroData)
+        if hetero and not self.opts.is_hetero():
+            self.opts.to_hetero(first.node_types, first.edge_types)
+        types = set(map(type, data_list))
+        assert len(types) == 1, (
+            "All graphs of a batch must have the same type, got "
+            f"{sorted(t.__name__ for t in types)}.")
+        return hetero
+
+    def _specs(self, data_list: List[BaseData], columns: Optional[Columns],
+               room: BatchRoom, hetero: bool) -> Dict[Hashable, list]:
+        if hetero:
+            return hetero_specs(
+                data_list, {t: r.counts for t, r in room.nodes.items()},
+                {t: r.counts for t, r in room.edges.items()}, self.opts,
+                self.exclude_keys)
+        return {None: homogeneous_specs(
+            data_list, columns, room.nodes[None].counts,
+            room.edges[None].counts, self.opts, self.exclude_keys,
+            self._y_level(), self._levels)}
 
     def _y_level(self) -> Optional[Level]:
         if self.labels_type is None:
@@ -231,21 +239,26 @@ class FixedSizeCollater(Collater):
                     r.limit - 1 >= len(data_list):
                 limits[t] = r.limit - 1
         trimmed = self._prune(kind, data_list, limits)
-        changed = sum(a is not b for a, b in zip(data_list, trimmed))
-        after = BatchRoom.measure(trimmed, self.opts)
-        removed = sum(r.real for r in rooms.values()) - sum(
-            r.real for r in (after.nodes if kind == "nodes"
-                             else after.edges).values())
-        self.trimmed.add(changed, **{kind: removed})
+        self.trimmed.add(sum(a is not b for a, b in zip(data_list, trimmed)))
+        return trimmed
+
+    def _count_trimmed(self, before: BatchRoom,
+                       after: BatchRoom) -> BatchRoom:
+        """Counts and logs what trimming removed (node trimming removes
+        edges too); returns ``after``."""
+        removed = {k: sum(r.real for r in getattr(before, k).values()) -
+                   sum(r.real for r in getattr(after, k).values())
+                   for k in ("nodes", "edges")}
+        self.trimmed.add(0, **removed)
         # Warn once per collater: loaders that trim by default would flood
         # the log; the running totals stay in ``self.trimmed``.
         log = logger.debug if self._warned_trim else logger.warning
         self._warned_trim = True
-        log("FixedSizeCollater trimmed %d %s from %d of %d graph(s) to fit "
-            "the fixed size (further trims are logged at debug level; "
-            "FixedSizeCollater.trimmed keeps the totals).", removed, kind,
-            changed, len(data_list))
-        return trimmed
+        log("FixedSizeCollater trimmed %d node(s) and %d edge(s) to fit the "
+            "fixed size (further trims are logged at debug level; "
+            "FixedSizeCollater.trimmed keeps the totals).", removed["nodes"],
+            removed["edges"])
+        return after
 
     def _prune(self, kind: str, data_list: List[BaseData],
                limits: Optional[Dict[Hashable, int]]) -> List[BaseData]:

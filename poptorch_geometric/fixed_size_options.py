@@ -9,7 +9,7 @@ Example::
     12
 """
 import numbers
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 from torch_geometric.data import HeteroData
 from torch_geometric.data.summary import Summary
