@@ -115,7 +115,10 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
         saved_inputs=rebuildStructure(bound.as_structure(), iter(
             [t.detach().cpu().clone()
              for t in flattenTensors(bound.as_structure())])),
-        keep_gradients=wants_gradients(opts.anchored_tensors))
+        keep_gradients=wants_gradients(opts.anchored_tensors),
+        uses_rng=any(torch.Tag.nondeterministic_seeded in
+                     getattr(node.target, "tags", ())
+                     for node in graph.graph.nodes))
     if training:
         program.device_optimizer = executor._optimizer_link.build(
             state, param_names)

@@ -8,6 +8,7 @@ training call back-propagates the final loss of each micro-batch (times the
 loss scaling), reduces the gradients over ``G x R`` by mean or sum and
 applies one optimizer step per device iteration.
 """
+import contextlib
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -53,6 +54,9 @@ class Program:
     #: Graph outputs that may alias a placeholder (returned input, weight,
     #: or a view of one): copied before they are returned.
     output_aliases: Sequence[bool] = ()
+    #: Whether the graph draws random numbers (the device RNG is swapped
+    #: in only then).
+    uses_rng: bool = True
     #: The full-batch inputs of the compilation, ``(positional, named)``.
     saved_inputs: Any = None
     #: Keep the reduced gradients of the last optimizer step (for
@@ -80,7 +84,7 @@ class Program:
         collectors = [OutputCollector(self.layout, self.output_mode,
                                       self.output_period)
                       for _ in range(self.captured.num_user_outputs)]
-        with self.rng.active():
+        with self.rng.active() if self.uses_rng else contextlib.nullcontext():
             if self.training:
                 self._run_training(splits, collectors)
             else:

@@ -23,7 +23,7 @@ Example::
     tensor([0.9500, 0.9500, 0.9500])
 """
 import math
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
 import torch
 
@@ -118,6 +118,49 @@ def update(kind: _OptimizerType, param: torch.Tensor, grad: torch.Tensor,
     """Applies one step of ``kind``'s rule to ``param`` (in place)."""
     with torch.no_grad():
         _UPDATES[kind.family](kind, param, grad, state, hp, attrs)
+
+
+def update_group(kind: _OptimizerType, params: List[torch.Tensor],
+                 grads: List[torch.Tensor], states: List[State],
+                 hp: HyperParams) -> bool:
+    """Applies one step to a whole parameter group with multi-tensor
+    (``torch._foreach_*``) kernels, as the IPU updates all weights in one
+    fused op. Returns False, changing nothing, when the group needs the
+    per-parameter path (non-float32 tensors or state, unequal step counts,
+    a family without a multi-tensor rule).
+
+    The arithmetic is the per-parameter rule's, op for op.
+    """
+    if kind.family != "adam" or hp.get("maximize", False) or not params:
+        return False
+    tensors = params + grads + [st[k] for st in states
+                                for k in ("exp_avg", "exp_avg_sq")]
+    if any(t.dtype != torch.float32 for t in tensors):
+        return False
+    steps = {float(st["step"]) for st in states}
+    if len(steps) != 1:
+        return False
+    lr, wd = hp["lr"], hp["weight_decay"]
+    beta1, beta2 = hp["betas"]
+    with torch.no_grad():
+        if wd != 0:
+            if kind in (_OptimizerType.ADAMW, _OptimizerType.ADAMW_NO_BIAS):
+                torch._foreach_mul_(params, 1 - lr * wd)
+            else:
+                grads = torch._foreach_add(grads, params, alpha=wd)
+        for st in states:
+            st["step"] += 1
+        exp_avgs = [st["exp_avg"] for st in states]
+        exp_avg_sqs = [st["exp_avg_sq"] for st in states]
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        bc1, bc2 = _bias_corrections(kind, hp, steps.pop() + 1)
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, math.sqrt(bc2))
+        torch._foreach_add_(denom, hp["eps"])
+        torch._foreach_addcdiv_(params, exp_avgs, denom, value=-lr / bc1)
+    return True
 
 
 def _work(tensor: torch.Tensor) -> torch.Tensor:

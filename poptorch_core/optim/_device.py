@@ -33,7 +33,7 @@ import torch
 
 from .._logging import logger
 from ._algorithms import init_state, popart_names, slots, storage_dtype, \
-    update
+    update, update_group
 from ._resolve import ResolvedOptimizer, resolve_optimizer
 from ._types import _OptimizerType
 
@@ -125,9 +125,16 @@ class DeviceOptimizer:
             if live and math.isfinite(max_norm):
                 torch.nn.utils.clip_grad_norm_(
                     [self._device_params[pid] for pid, _ in live], max_norm)
-            for pid, hp in live:
-                param = self._device_params[pid]
-                update(kind, param, param.grad, self._state[pid], hp, attrs)
+            for hp, ids in self._groups:
+                ids = [pid for pid in ids
+                       if self._device_params[pid].grad is not None]
+                params = [self._device_params[pid] for pid in ids]
+                if update_group(kind, params, [p.grad for p in params],
+                                [self._state[pid] for pid in ids], hp):
+                    continue
+                for pid, param in zip(ids, params):
+                    update(kind, param, param.grad, self._state[pid], hp,
+                           attrs)
         for param in self._device_params.values():
             param.grad = None
 

@@ -1,5 +1,9 @@
 """ATen rewrites applied while tracing.
 
+Two kinds: dtype repairs, so graphs run with the IPU's int32 indices, and
+pattern rewrites that keep the numerics but run faster on the host (the
+simulator's counterpart of PopART's pattern passes).
+
 int64 values are demoted to int32 at the graph boundary (an IPU has no
 64-bit types), so models see int32 indices and labels, as on an IPU. Some
 CPU kernels still insist on int64 for an index or target argument; these
@@ -54,5 +58,17 @@ _LONG_ARGUMENTS = [
     (aten.index_fill_.int_Tensor, 2),
 ]
 
-INT32_INDEX_DECOMPOSITIONS: Dict[object, Callable] = {
+def _embedding_as_index_select(weight, indices, padding_idx=-1,
+                               scale_grad_by_freq=False, sparse=False):
+    # An embedding lookup is a row gather; its backward through
+    # index_select (an index_add) is cheaper on CPU than
+    # embedding_dense_backward, which sorts the indices first.
+    if padding_idx != -1 or scale_grad_by_freq or sparse:
+        return NotImplemented
+    rows = torch.ops.aten.index_select.default(weight, 0, indices.reshape(-1))
+    return rows.view(*indices.shape, weight.shape[1])
+
+
+TRACE_DECOMPOSITIONS: Dict[object, Callable] = {
     op: _widen_arg(op, position) for op, position in _LONG_ARGUMENTS}
+TRACE_DECOMPOSITIONS[aten.embedding.default] = _embedding_as_index_select

@@ -33,7 +33,7 @@ from .. import _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
 from . import _interception, rules
-from ._decompositions import INT32_INDEX_DECOMPOSITIONS
+from ._decompositions import TRACE_DECOMPOSITIONS
 
 __all__: List[str] = []
 
@@ -221,7 +221,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         return list(result["flat"])
 
     with _tracing_context(training, device, excludes):
-        gm = make_fx(forward, decomposition_table=INT32_INDEX_DECOMPOSITIONS,
+        gm = make_fx(forward, decomposition_table=TRACE_DECOMPOSITIONS,
                      pre_dispatch=True, record_stack_traces=True)(
                          *trace_params, *trace_buffers, *trace_inputs)
 

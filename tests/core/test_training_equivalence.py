@@ -192,3 +192,37 @@ def test_accumulation_reduction_vs_learning_rate(reduction, lr):
     b(x, y)
     for p, q in zip(model_a.parameters(), model_b.parameters()):
         torch.testing.assert_close(p, q)
+
+
+class _EmbeddingModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.atoms = torch.nn.Embedding(10, 4)
+        self.padded = torch.nn.Embedding(10, 4, padding_idx=0)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, idx, y):
+        out = self.head(self.atoms(idx) + self.padded(idx)).sum(1)
+        return out, torch.nn.functional.mse_loss(out, y)
+
+
+def test_embeddings_train_like_eager():
+    """Embedding lookups are rewritten to row gathers in the graph; the
+    gradients (with and without padding_idx) must not change."""
+    torch.manual_seed(6)
+    model = _EmbeddingModel()
+    reference = copy.deepcopy(model)
+    ipu_model = poptorch.trainingModel(
+        model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(3):
+        idx, y = torch.randint(0, 10, (8, 5)), torch.randn(8, 1)
+        ipu_model(idx, y)
+        ref_opt.zero_grad()
+        reference(idx, y)[1].backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+    graph = ipu_model._program.captured.graph_module.graph
+    targets = {n.target for n in graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.index_select.default in targets
