@@ -73,7 +73,7 @@ class Program:
         for i, tensor in enumerate(flat):
             self.layout.check_divisible(tensor)
             out.append(_dtypes.to_ipu(tensor.detach(), f"Input {i}",
-                                      self.state.device))
+                                      self.state.device).contiguous())
         return out
 
     # --- Running ------------------------------------------------------------

@@ -276,3 +276,12 @@ def test_anchored_gradient():
                                reference.fc1.weight.grad)
     with pytest.raises(AssertionError, match="No tensor with name nope found"):
         ipu.getAnchoredTensor("nope")
+
+
+def test_non_contiguous_inputs_are_converted():
+    model = torch.nn.Linear(4, 2)
+    x = torch.randn(4, 8).t()  # [8, 4], not contiguous
+    assert not x.is_contiguous()
+    opts = poptorch.Options().deviceIterations(2)
+    out = poptorch.inferenceModel(model, opts)(x)
+    torch.testing.assert_close(out, model(x).detach())
