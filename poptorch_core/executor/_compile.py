@@ -13,8 +13,10 @@ import torch.fx
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from .._logging import logger
+from ..annotations import _block_tracking
 from ..enums import OutputMode
 from ..tracing import capture as _capture
+from . import _pipeline
 from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
 from ._backends import Executable
@@ -85,10 +87,17 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     params, param_names, buffers, buffer_names = _capture.module_state(model)
     state = DeviceState(params, buffers,
                         [n[0] for n in param_names + buffer_names], device)
-    captured = _capture.capture_module(
-        model, trace_args, trace_kwargs, training=training, device=device,
-        params=state.params, buffers=state.buffers(),
-        excludes=opts._source_location_excludes)
+    op_blocks: list = []
+    with _block_tracking() as tracker:
+        captured = _capture.capture_module(
+            model, trace_args, trace_kwargs, training=training,
+            device=device, params=state.params, buffers=state.buffers(),
+            excludes=opts._source_location_excludes,
+            on_op=lambda: op_blocks.append(tracker.op_block()))
+    strategy = opts._execution_strategy
+    placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
+    _pipeline.check(strategy, placement, training,
+                    layout.gradient_accumulation, layout.device_iterations)
 
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:
         if opts.broadcast_buffers:

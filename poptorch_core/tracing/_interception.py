@@ -72,11 +72,15 @@ class IpuFunctionMode(TorchFunctionMode):
             explicit device are created there.
         identity_loss: the ``poptorch::identity_loss`` op overload.
         excludes: path fragments never reported as the user's source line.
+        on_op: called before each intercepted torch call (the executor
+            records which block each op belongs to).
     """
 
     def __init__(self, device: torch.device, identity_loss: Callable,
-                 excludes: Sequence[str] = ()):
+                 excludes: Sequence[str] = (),
+                 on_op: Optional[Callable[[], None]] = None):
         super().__init__()
+        self._on_op = on_op
         self._device = device
         self._identity_loss = identity_loss
         self._excludes = tuple(excludes)
@@ -113,6 +117,8 @@ class IpuFunctionMode(TorchFunctionMode):
                 self._warned_factories.add(name)
                 logger.warning("No device set in torch.%s(): forcing to IPU",
                                name)
+        if self._on_op is not None:
+            self._on_op()
         out = func(*args, **kwargs)
         if func in LOSS_FUNCTIONS and isinstance(out, torch.Tensor):
             # reduction 2 ("none") is an identity: the loss keeps the value
@@ -122,7 +128,8 @@ class IpuFunctionMode(TorchFunctionMode):
 
 
 def make_mode(device: torch.device,
-              excludes: Optional[Sequence[str]] = None) -> IpuFunctionMode:
+              excludes: Optional[Sequence[str]] = None,
+              on_op: Optional[Callable[[], None]] = None) -> IpuFunctionMode:
     from .. import ops  # noqa: F401  (registers poptorch::identity_loss)
     return IpuFunctionMode(device, torch.ops.poptorch.identity_loss.default,
-                           excludes or ())
+                           excludes or (), on_op)

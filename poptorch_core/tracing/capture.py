@@ -23,7 +23,8 @@ buffers and of the inputs, and its parameter/buffer slots are restored.
 """
 import contextlib
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import torch
 import torch.fx
@@ -149,7 +150,8 @@ def _check_state_unchanged(states: Sequence[_StateSlots],
 
 @contextlib.contextmanager
 def _tracing_context(training: bool, device: torch.device,
-                     excludes: Sequence[str]) -> Iterator[None]:
+                     excludes: Sequence[str],
+                     on_op: Optional[Callable[[], None]]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         # Tracing runs random ops for real: keep the host's random stream as
         # it was, as compiling on an IPU would.
@@ -163,7 +165,8 @@ def _tracing_context(training: bool, device: torch.device,
         try:
             _impl._run_pre_compile_hooks()
             stack.enter_context(torch.set_grad_enabled(training))
-            stack.enter_context(_interception.make_mode(device, excludes))
+            stack.enter_context(_interception.make_mode(device, excludes,
+                                                        on_op))
             yield
         finally:
             _impl._run_post_compile_hooks()
@@ -181,7 +184,9 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                    device: torch.device,
                    params: Optional[Sequence[torch.Tensor]] = None,
                    buffers: Optional[Sequence[torch.Tensor]] = None,
-                   excludes: Sequence[str] = ()) -> CapturedModel:
+                   excludes: Sequence[str] = (),
+                   on_op: Optional[Callable[[], None]] = None
+                   ) -> CapturedModel:
     """Traces ``module(*args, **kwargs)`` once into a :class:`CapturedModel`.
 
     Args:
@@ -193,6 +198,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         params, buffers: the tensors to trace with, in the order of the
             module's unique parameters/buffers (defaults: the module's own).
         excludes: path fragments never reported as the user's source line.
+        on_op: called before each torch call the model makes while traced.
     """
     param_state = _collect_state(module, "parameter")
     buffer_state = _collect_state(module, "buffer")
@@ -220,7 +226,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         result["flat"] = flattenTensors(out)
         return list(result["flat"])
 
-    with _tracing_context(training, device, excludes):
+    with _tracing_context(training, device, excludes, on_op):
         gm = make_fx(forward, decomposition_table=TRACE_DECOMPOSITIONS,
                      pre_dispatch=True, record_stack_traces=True)(
                          *trace_params, *trace_buffers, *trace_inputs)
