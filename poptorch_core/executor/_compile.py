@@ -12,6 +12,7 @@ import torch.fx
 
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
+from .._ipu_count import _ipus_to_reserve
 from .._logging import logger
 from ..annotations import _block_tracking
 from ..enums import OutputMode
@@ -98,6 +99,7 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
     _pipeline.check(strategy, placement, training,
                     layout.gradient_accumulation, layout.device_iterations)
+    _ipus_to_reserve(placement.num_ipus, opts)
 
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:
         if opts.broadcast_buffers:

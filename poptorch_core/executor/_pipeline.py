@@ -18,15 +18,11 @@ __all__: list = []
 
 @dataclasses.dataclass
 class Placement:
-    """Where the traced ops ran: per block ``(stage, ipu)`` and the number
-    of forward pipeline stages."""
+    """Where the traced ops ran: per block ``(stage, ipu)``, the number of
+    forward pipeline stages and the number of distinct IPUs used."""
     blocks: Dict[str, Tuple[int, int]]
     forward_stages: int
-
-    @property
-    def num_ipus(self) -> int:
-        return len({ipu for _, ipu in self.blocks.values()} | {0}) \
-            if self.blocks else 1
+    num_ipus: int
 
 
 def resolve(strategy: Any, seen_blocks: Sequence[Tuple[str, Optional[int]]],
@@ -34,11 +30,11 @@ def resolve(strategy: Any, seen_blocks: Sequence[Tuple[str, Optional[int]]],
             ) -> Placement:
     """Resolves the blocks seen while tracing with ``strategy``."""
     if not seen_blocks:
-        return Placement({}, 1)
+        return Placement({}, 1, 1)
     blocks = strategy._resolve(seen_blocks)
     ipus = [blocks[op[0]][1] if op is not None else 0 for op in op_blocks]
     switches = sum(1 for a, b in zip(ipus, ipus[1:]) if a != b)
-    return Placement(blocks, switches + 1)
+    return Placement(blocks, switches + 1, len(set(ipus)) or 1)
 
 
 def check(strategy: Any, placement: Placement, training: bool,

@@ -88,3 +88,14 @@ def test_unknown_block_in_strategy():
     with pytest.raises(AssertionError, match="Unknown Block"):
         poptorch.inferenceModel(FourStages(), opts)(torch.ones(1, 4),
                                                     torch.ones(1, 4))
+
+
+def test_ipu_count_must_be_a_power_of_two():
+    opts = poptorch.Options().replicationFactor(3)
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
+    with pytest.raises(poptorch.Error, match="The model specifies the use of "
+                       "3 IPUs, however PopTorch must reserve a minimum of 4"):
+        model(torch.ones(3, 2))
+    opts = poptorch.Options().replicationFactor(3).autoRoundNumIPUs(True)
+    out = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)(torch.ones(3, 2))
+    assert out.shape == (3, 2)
