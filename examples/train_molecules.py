@@ -59,13 +59,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="use only the first N molecules")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
-                        help="2 epochs on 600 molecules: a smoke test")
+                        help="5 epochs on 1,000 molecules: a smoke test")
     parser.add_argument("--json", default=None,
                         help="also write the summary to this JSON file")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
-        args.epochs, args.limit = 2, args.limit or 600
+        args.epochs, args.limit = 5, args.limit or 1000
     return args
 
 
