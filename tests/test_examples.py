@@ -165,42 +165,6 @@ def test_masked_mean_loss_equals_the_mean_over_the_mask():
                                    ) == 0
 
 
-@pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
-def test_scipy_free_reader_densifies_the_raw_features_like_torch(cora_root):
-    planetoid = _load_example("_planetoid")
-    for name in ("x", "tx", "allx"):
-        with open(cora_root / "Cora" / "raw" / f"ind.cora.{name}", "rb") as f:
-            matrix = planetoid._PickleWithoutScipy.load(f, encoding="latin1")
-        reference = torch.sparse_csr_tensor(
-            torch.as_tensor(matrix.indptr, dtype=torch.long),
-            torch.as_tensor(matrix.indices, dtype=torch.long),
-            torch.as_tensor(matrix.data), size=matrix.shape).to_dense()
-        assert torch.equal(torch.from_numpy(matrix.todense()), reference)
-
-
-def test_scipy_free_reader_refuses_unexpected_classes(tmp_path):
-    import pickle
-    planetoid = _load_example("_planetoid")
-    path = tmp_path / "ind.cora.x"
-    path.write_bytes(pickle.dumps(print))  # a pickle that names a function
-    with open(path, "rb") as f, pytest.raises(pickle.UnpicklingError,
-                                              match="builtins.print"):
-        planetoid._PickleWithoutScipy.load(f, encoding="latin1")
-
-
-def test_planetoid_reader_without_scipy_equals_pygs(cora_root, tmp_path):
-    pytest.importorskip("scipy", reason="PyG's own reader needs SciPy")
-    from torch_geometric.datasets import Planetoid
-    planetoid = _load_example("_planetoid")
-    pyg_root = tmp_path / "pyg"
-    shutil.copytree(cora_root / "Cora" / "raw", pyg_root / "Cora" / "raw")
-    ours = planetoid._PlanetoidWithoutScipy(str(cora_root), "Cora")[0]
-    reference = Planetoid(str(pyg_root), "Cora")[0]
-    assert set(ours.keys()) == set(reference.keys())
-    for key in reference.keys():
-        assert torch.equal(ours[key], reference[key]), key
-
-
 # --- train_molecules.py ---------------------------------------------------
 
 def test_train_molecules_quick_learns_and_writes_its_record(

@@ -85,6 +85,9 @@ class OptimizerLink:
             self._write_state()
 
     def after_run(self) -> None:
+        # The device stepped this optimizer: LR schedulers must see that it
+        # did (torch warns about a scheduler step before any optimizer step).
+        self.optimizer._opt_called = True
         if _is_poptorch_optimizer(self.optimizer):
             self.optimizer.host_state_is_dirty = True
 

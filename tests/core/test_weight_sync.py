@@ -245,3 +245,16 @@ def test_returned_outputs_are_pre_update():
     ipu = poptorch.trainingModel(model)
     _, loss = ipu(x, y)
     torch.testing.assert_close(loss, reference(x, y)[1].detach())
+
+
+def test_lr_scheduler_after_a_training_call_does_not_warn(recwarn):
+    model = MLP()
+    optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1,
+                                               gamma=0.5)
+    ipu = poptorch.trainingModel(model, optimizer=optimizer)
+    ipu(torch.randn(4, 4), torch.randn(4, 3))
+    schedule.step()
+    ipu.setOptimizer(optimizer)
+    assert not [w for w in recwarn if "lr_scheduler.step()" in str(w.message)]
+    assert optimizer.param_groups[0]["lr"] == 0.05
