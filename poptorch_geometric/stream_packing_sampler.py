@@ -10,7 +10,7 @@ Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
     ...                           max_num_edges=3))
     [[0, 1], [2, 3], [4, 5], [6]]
 """
-from typing import Iterable, Iterator, List, Optional, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
@@ -66,6 +66,10 @@ class StreamPackingSampler(Sampler[List[int]]):
     or with ``allow_skip_data=True`` is skipped: skipped indices are counted
     in :attr:`skipped_indices` (reset at the start of each epoch) and logged.
 
+    Each sample's size is read from the dataset once and kept for later
+    epochs, unless the dataset has a ``transform`` (which may change sizes
+    from one access to the next).
+
     Args:
         data_source: the dataset; ``data_source[i].num_nodes`` and
             ``.num_edges`` give the sizes (totals over types for hetero data).
@@ -111,6 +115,10 @@ class StreamPackingSampler(Sampler[List[int]]):
         #: Indices skipped (never fit) during the current or last epoch.
         self.skipped_indices: List[int] = []
         self._len: Optional[int] = None
+        # Sizes are read once per sample and kept, unless the dataset has a
+        # transform (which may change them on every access).
+        self._cache_sizes = getattr(data_source, "transform", None) is None
+        self._sizes: Dict[int, Tuple[int, int]] = {}
 
     @property
     def num_skipped(self) -> int:
@@ -140,8 +148,7 @@ class StreamPackingSampler(Sampler[List[int]]):
     def _pack(self, skipped: List[int]) -> Iterator[List[int]]:
         batch = _PackedBatch()
         for idx in self.base_sampler:
-            data = self.data_source[idx]
-            num_nodes, num_edges = data.num_nodes, data.num_edges
+            num_nodes, num_edges = self._size(idx)
             if not self._has_space(batch, num_nodes, num_edges):
                 if batch.indices:
                     yield batch.indices
@@ -153,6 +160,15 @@ class StreamPackingSampler(Sampler[List[int]]):
             batch.add(idx, num_nodes, num_edges)
         if batch.indices:
             yield batch.indices
+
+    def _size(self, idx: int) -> Tuple[int, int]:
+        size = self._sizes.get(idx)
+        if size is None:
+            data = self.data_source[idx]
+            size = (data.num_nodes, data.num_edges)
+            if self._cache_sizes:
+                self._sizes[idx] = size
+        return size
 
     def _reject(self, idx: int, num_nodes: int, num_edges: int) -> None:
         if not self.allow_skip_data:
