@@ -1,0 +1,326 @@
+"""The GNN benchmark: the simulated IPU stack against plain PyG, in one run.
+
+Every figure is a ratio or a fraction measured in this process on the same
+data (the embedded NCI TPSA molecules) and the same model
+(``molecule_model.MoleculeGNN``):
+
+* collation: graphs/s of PopTorch Geometric's fixed-size fast path over
+  PyG's ``Collater`` on the same 128-graph batches (padding included);
+* packing efficiency: real nodes/edges/graphs over slots for StreamPack
+  (``FixedSizeOptions.for_packing``) and PadToMax (worst-case budgets);
+* training throughput: graphs/s of ``poptorch.trainingModel`` fed by
+  ``poptorch_geometric.FixedSizeDataLoader`` (StreamPack), with the
+  ``interpret`` and ``compile`` backends, over a plain PyG eager loop with
+  PyG's ``DataLoader``;
+* executor overhead: a training step of the ``interpret`` backend over the
+  same step run eagerly on the same fixed-size batch;
+* compilations: how many times the ``compile`` backend compiled during the
+  measured epochs (fixed shapes: once).
+
+Usage::
+
+    python examples/benchmark.py --quick                 # under a minute
+    python examples/benchmark.py --out bench_out/benchmark.json --plot bench_out/benchmark.png
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from torch_geometric.loader import DataLoader as PyGDataLoader
+
+import poptorch
+import poptorch_geometric as pyg_ipu
+from poptorch_geometric.datasets import NCITPSA
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
+from molecule_model import MoleculeGNN  # noqa: E402
+
+GRAPHS_PER_BATCH = 128
+_INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
+#: Keys of the JSON record that tests and dashboards rely on.
+RECORD_KEYS = ("config", "collation", "packing", "training", "overhead",
+               "compilations", "ratios")
+
+
+def _inputs(batch) -> List[torch.Tensor]:
+    return [batch[name] for name in _INPUTS]
+
+
+def _new_model(dataset_y: torch.Tensor, num_graphs: int, hidden: int
+               ) -> MoleculeGNN:
+    torch.manual_seed(0)
+    return MoleculeGNN(num_graphs, hidden, 3, float(dataset_y.mean()),
+                       float(dataset_y.std()))
+
+
+# --- Training throughput -------------------------------------------------------
+
+def _pyg_eager(dataset, model: MoleculeGNN, epochs: int) -> Dict[str, float]:
+    """Plain PyG: its DataLoader, the eager model, torch's Adam."""
+    loader = PyGDataLoader(dataset, batch_size=GRAPHS_PER_BATCH, shuffle=True,
+                           exclude_keys=["smiles"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def epoch() -> int:
+        graphs = 0
+        for batch in loader:
+            model.num_graphs = batch.num_graphs
+            optimizer.zero_grad()
+            batch.graphs_mask = torch.ones(batch.num_graphs, dtype=torch.bool)
+            _, loss = model(*_inputs(batch))
+            loss.backward()
+            optimizer.step()
+            graphs += batch.num_graphs
+        return graphs
+
+    epoch()  # warm-up (allocator, PyG's propagate templates)
+    start, graphs = time.perf_counter(), 0
+    for _ in range(epochs):
+        graphs += epoch()
+    elapsed = time.perf_counter() - start
+    return {"graphs_per_s": graphs / elapsed, "epoch_s": elapsed / epochs}
+
+
+def _executor(dataset, model: MoleculeGNN, sizes, epochs: int, backend: str,
+              mode: poptorch.DataLoaderMode, device_iterations: int
+              ) -> Dict[str, Any]:
+    """PopTorch: fixed-size StreamPack loader feeding a trainingModel."""
+    opts = poptorch.Options().deviceIterations(device_iterations)
+    opts.Simulator.backend(backend)
+    loader = pyg_ipu.FixedSizeDataLoader(
+        dataset, batch_size=sizes.num_graphs, shuffle=True,
+        fixed_size_options=sizes,
+        fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
+        exclude_keys=["smiles"], options=opts, mode=mode)
+    ipu_model = poptorch.trainingModel(
+        model, opts, poptorch.optim.Adam(model.parameters(), lr=1e-3))
+
+    def epoch() -> int:
+        graphs = 0
+        for batch in loader:
+            ipu_model(*_inputs(batch))
+            graphs += int(batch.graphs_mask.sum())
+        return graphs
+
+    start = time.perf_counter()
+    epoch()  # warm-up: compiles
+    warmup = time.perf_counter() - start
+    compiled_before = ipu_model.compilations()
+    start, graphs = time.perf_counter(), 0
+    for _ in range(epochs):
+        graphs += epoch()
+    elapsed = time.perf_counter() - start
+    loader.terminate()
+    return {"graphs_per_s": graphs / elapsed, "epoch_s": elapsed / epochs,
+            "first_epoch_s": warmup,
+            "compilations_first_epoch": compiled_before,
+            "compilations_measured_epochs":
+                ipu_model.compilations() - compiled_before}
+
+
+def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
+    y = torch.cat([d.y.view(-1) for d in dataset])
+    results = {"pyg_eager": _pyg_eager(
+        dataset, _new_model(y, GRAPHS_PER_BATCH, args.hidden), args.epochs)}
+    for backend in args.backends:
+        for mode in (poptorch.DataLoaderMode.Sync,
+                     poptorch.DataLoaderMode.Async):
+            name = f"{backend}_{mode.name.lower()}"
+            results[name] = _executor(
+                dataset, _new_model(y, sizes.num_graphs, args.hidden), sizes,
+                args.epochs, backend, mode, args.device_iterations)
+    return results
+
+
+# --- Executor overhead ---------------------------------------------------------
+
+def _interleaved_medians(a: Callable, b: Callable, rounds: int
+                         ) -> Dict[str, float]:
+    times_a, times_b = [], []
+    for _ in range(3):
+        a(), b()
+    for _ in range(rounds):
+        for fn, times in ((a, times_a), (b, times_b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return {"a": statistics.median(times_a), "b": statistics.median(times_b)}
+
+
+def executor_overhead(dataset, sizes, args) -> Dict[str, float]:
+    """One training step of the interpret backend over the same step run
+    eagerly, on the same fixed-size batch of up to 128 graphs."""
+    loader = pyg_ipu.FixedSizeDataLoader(
+        dataset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
+        fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
+        exclude_keys=["smiles"])
+    batch = _inputs(next(iter(loader)))
+    y = torch.cat([d.y.view(-1) for d in dataset])
+    eager = _new_model(y, sizes.num_graphs, args.hidden)
+    simulated = copy.deepcopy(eager)
+    eager_opt = torch.optim.Adam(eager.parameters(), lr=1e-3)
+    ipu_model = poptorch.trainingModel(
+        simulated, optimizer=torch.optim.Adam(simulated.parameters(), lr=1e-3))
+
+    def eager_step():
+        eager_opt.zero_grad()
+        _, loss = eager(*batch)
+        loss.backward()
+        eager_opt.step()
+
+    times = _interleaved_medians(lambda: ipu_model(*batch), eager_step,
+                                 args.overhead_rounds)
+    return {"interpret_step_ms": times["a"] * 1e3,
+            "eager_step_ms": times["b"] * 1e3,
+            "interpret_over_eager": times["a"] / times["b"]}
+
+
+# --- Report --------------------------------------------------------------------
+
+def _ratios(record: Dict[str, Any]) -> Dict[str, float]:
+    training = record["training"]
+    pyg = training["pyg_eager"]["graphs_per_s"]
+    ratios = {"collation_fast_path_over_pyg":
+              record["collation"]["tight_over_pyg"]}
+    for name, result in training.items():
+        if name != "pyg_eager":
+            ratios[f"training_{name}_over_pyg_eager"] = \
+                result["graphs_per_s"] / pyg
+    executor_runs = [r for n, r in training.items() if n != "pyg_eager"]
+    ratios["training_best_over_pyg_eager"] = max(
+        r["graphs_per_s"] for r in executor_runs) / pyg
+    ratios["executor_overhead_interpret_over_eager"] = \
+        record["overhead"]["interpret_over_eager"]
+    return ratios
+
+
+def print_table(record: Dict[str, Any]) -> None:
+    c, ratios = record["collation"], record["ratios"]
+    print(f"\nNCI TPSA, {record['config']['molecules']} molecules, "
+          f"{GRAPHS_PER_BATCH} graphs per batch, torch "
+          f"{torch.__version__}, {torch.get_num_threads()} thread(s)")
+    print(f"{'measure':44}{'value':>12}{'ratio':>9}")
+    print(f"{'collation, PyG Collater (graphs/s)':44}"
+          f"{c['pyg_graphs_per_s']:>12.0f}{1.0:>9.2f}")
+    print(f"{'collation, fixed-size fast path (graphs/s)':44}"
+          f"{c['tight_graphs_per_s']:>12.0f}"
+          f"{ratios['collation_fast_path_over_pyg']:>9.2f}")
+    for name, r in record["packing"].items():
+        print(f"{'packing ' + name + ' (node/edge slots used)':44}"
+              f"{r['node_efficiency']:>11.1%} {r['edge_efficiency']:>8.1%}")
+    pyg = record["training"]["pyg_eager"]["graphs_per_s"]
+    for name, r in record["training"].items():
+        print(f"{'training ' + name + ' (graphs/s)':44}"
+              f"{r['graphs_per_s']:>12.0f}{r['graphs_per_s'] / pyg:>9.2f}")
+    o = record["overhead"]
+    print(f"{'executor step, interpret / eager (ms)':44}"
+          f"{o['interpret_step_ms']:>6.2f}/{o['eager_step_ms']:<5.2f}"
+          f"{o['interpret_over_eager']:>9.3f}")
+    for name, count in record["compilations"].items():
+        print(f"{'compilations, ' + name:44}{count:>12}")
+
+
+def plot(record: Dict[str, Any], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ratios = record["ratios"]
+    names = list(ratios)
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
+    ax.barh(names, [ratios[n] for n in names], color="#4c72b0")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("ratio (higher is better, except executor overhead)")
+    ax.set_title("poptorch-sim benchmark (ratios in one run)")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller run that finishes in under a minute")
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="measured training epochs per setup")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use only the first N molecules")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--device-iterations", type=int, default=1)
+    parser.add_argument("--backends", nargs="+", default=None,
+                        choices=("interpret", "compile"))
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="collation passes (median)")
+    parser.add_argument("--overhead-rounds", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads for the training "
+                             "measurements (default: torch's choice)")
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--out", default="bench_out/benchmark.json")
+    parser.add_argument("--plot", default=None, help="write a PNG chart here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.limit = args.limit or 2000
+        args.epochs, args.repeats, args.overhead_rounds = 1, 3, 30
+    if args.backends is None:
+        args.backends = ["interpret", "compile"]
+    return args
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    dataset = NCITPSA(root=args.data_root)
+    if args.limit:
+        dataset = dataset[:args.limit]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # collation runs single-threaded in workers
+    collation = collation_throughput(dataset, args.repeats)
+    torch.set_num_threads(threads)
+    packing = slot_efficiency(dataset)
+    sizes = pyg_ipu.FixedSizeOptions.for_packing(dataset, GRAPHS_PER_BATCH)
+    record: Dict[str, Any] = {
+        "config": {"molecules": len(dataset), "epochs": args.epochs,
+                   "hidden": args.hidden, "backends": args.backends,
+                   "device_iterations": args.device_iterations,
+                   "graphs_per_batch": GRAPHS_PER_BATCH, "threads": threads,
+                   "torch": torch.__version__, "quick": args.quick},
+        "collation": collation,
+        "packing": packing,
+        "training": training_throughput(dataset, sizes, args),
+        "overhead": executor_overhead(dataset, sizes, args),
+    }
+    record["compilations"] = {
+        f"{name} ({key.split('_', 1)[1].replace('_', ' ')})": result[key]
+        for name, result in record["training"].items()
+        if name.startswith("compile")
+        for key in ("compilations_first_epoch",
+                    "compilations_measured_epochs")}
+    record["ratios"] = _ratios(record)
+    return record
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    record = run(args)
+    print_table(record)
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+        print(f"\nJSON record: {args.out}")
+    if args.plot:
+        plot(record, args.plot)
+        print(f"chart: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The benchmark's JSON record: every ratio the design lists is there and
+well-formed (a tiny run; speed itself is never asserted)."""
+import importlib.util
+import json
+import math
+import pathlib
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def _load_benchmark():
+    import sys
+    sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location("benchmark",
+                                                  EXAMPLES / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    out = tmp_path_factory.mktemp("out") / "benchmark.json"
+    benchmark = _load_benchmark()
+    code = benchmark.main([
+        "--limit", "400", "--epochs", "1", "--repeats", "1",
+        "--overhead-rounds", "3", "--backends", "interpret",
+        "--data-root", str(root), "--out", str(out),
+        "--plot", str(out.with_suffix(".png"))])
+    assert code == 0
+    assert out.with_suffix(".png").stat().st_size > 0
+    return benchmark, json.loads(out.read_text())
+
+
+def test_record_has_every_section(record):
+    benchmark, data = record
+    assert set(benchmark.RECORD_KEYS) <= set(data)
+
+
+def test_ratios_are_finite_and_complete(record):
+    _, data = record
+    ratios = data["ratios"]
+    for key in ("collation_fast_path_over_pyg",
+                "training_interpret_sync_over_pyg_eager",
+                "training_interpret_async_over_pyg_eager",
+                "training_best_over_pyg_eager",
+                "executor_overhead_interpret_over_eager"):
+        assert isinstance(ratios[key], float) and math.isfinite(ratios[key]) \
+            and ratios[key] > 0, key
+
+
+def test_packing_and_training_entries(record):
+    _, data = record
+    for name in ("stream_pack", "pad_to_max"):
+        entry = data["packing"][name]
+        for key in ("node_efficiency", "edge_efficiency", "graph_efficiency"):
+            assert 0 < entry[key] <= 1
+        assert entry["skipped_graphs"] == 0
+    for name in ("pyg_eager", "interpret_sync", "interpret_async"):
+        assert data["training"][name]["graphs_per_s"] > 0
+    assert data["training"]["interpret_sync"][
+        "compilations_measured_epochs"] == 0
