@@ -7,6 +7,12 @@ import pytest
 import torch
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Under pytest-xdist every worker would start one intra-op thread per core:
+# on a small machine OpenMP threads then wait on each other and tests run
+# ten times slower. One thread per worker keeps the cores busy.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 SHARED_DATA = pathlib.Path(
     os.environ.get("POPTORCH_SIM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 

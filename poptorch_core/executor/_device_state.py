@@ -26,6 +26,15 @@ def _device_copy(host: torch.Tensor, device: torch.device,
     return host.to(device=device, dtype=dtype, copy=True)
 
 
+def _copy_into(device_tensor: torch.Tensor, host: torch.Tensor,
+               what: str) -> None:
+    """Host -> existing device tensor (``copy_`` converts the dtype)."""
+    host = host.detach()
+    if host.dtype == torch.int64:
+        _dtypes.check_fits_int32(host, what)
+    device_tensor.copy_(host)
+
+
 class DeviceState:
     """Device tensors for the unique parameters and buffers of a model.
 
@@ -72,13 +81,12 @@ class DeviceState:
             if buffer_indices is None:
                 for i, (dev, host) in enumerate(zip(self.params,
                                                     self.host_params)):
-                    dev.copy_(_device_copy(host, dev.device, self._names[i]))
+                    _copy_into(dev, host, self._names[i])
                 buffer_indices = range(len(self.host_buffers))
             for i in buffer_indices:
-                value = _device_copy(self.host_buffers[i], self.device,
-                                     self._names[num_p + i])
                 for buffers in self.replica_buffers:
-                    buffers[i].copy_(value)
+                    _copy_into(buffers[i], self.host_buffers[i],
+                               self._names[num_p + i])
 
     def copy_to_host(self) -> None:
         """Device -> host (the first replica's buffers)."""

@@ -66,9 +66,8 @@ class Program:
         default_factory=dict)
 
     # --- Inputs -------------------------------------------------------------
-    def device_inputs(self, bound: BoundArgs) -> List[torch.Tensor]:
+    def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
         """The call's input tensors with IPU dtypes on the host device."""
-        flat = flattenTensors(bound.as_structure())
         out = []
         for i, tensor in enumerate(flat):
             self.layout.check_divisible(tensor)
@@ -79,7 +78,7 @@ class Program:
     # --- Running ------------------------------------------------------------
     def run(self, bound: BoundArgs) -> Any:
         host_inputs = flattenTensors(bound.as_structure())
-        inputs = self.device_inputs(bound)
+        inputs = self.device_inputs(host_inputs)
         splits = [self.layout.split(t) for t in inputs]
         collectors = [OutputCollector(self.layout, self.output_mode,
                                       self.output_period)
