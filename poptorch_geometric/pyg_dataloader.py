@@ -17,6 +17,7 @@ import torch.utils.data
 from torch.utils.data import RandomSampler, SequentialSampler
 from torch_geometric.data import HeteroData
 
+from ._graph_cache import cached_graphs
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
@@ -109,6 +110,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
     Attributes:
         fixed_size_collater: the collater padding each batch (its
             ``trimmed`` counts what trimming removed).
+        dataset: the dataset the batches come from; an ``InMemoryDataset``
+            without a transform is wrapped in a cache that builds each graph
+            object once (``loader.dataset.dataset`` is yours then; other
+            attributes read through).
     """
 
     def __init__(self,
@@ -125,6 +130,8 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                  **kwargs: Any) -> None:
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_dataset(dataset, batch_size)
+        # Later epochs reuse each graph object instead of rebuilding it.
+        dataset = cached_graphs(dataset)
         opts = self.fixed_size_options
         first = dataset[0]
         if isinstance(first, HeteroData) and not opts.is_hetero():

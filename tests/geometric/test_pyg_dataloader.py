@@ -192,3 +192,25 @@ def test_validation(fake_dataset):
         FixedSizeDataLoader(fake_dataset, batch_size=4,
                             fixed_size_options=opts,
                             fixed_size_strategy="Other")
+
+
+def test_in_memory_graphs_are_built_once_and_read_through(nci):
+    from poptorch_geometric._graph_cache import CachedGraphs
+    subset = nci[:40]
+    sizes = FixedSizeOptions.from_dataset(subset, 8)
+    loader = FixedSizeDataLoader(subset, batch_size=8,
+                                 fixed_size_options=sizes)
+    assert isinstance(loader.dataset, CachedGraphs)
+    assert loader.dataset.dataset is subset
+    assert loader.dataset.num_node_features == subset.num_node_features
+    first = [b.x.clone() for b in loader]
+    second = [b.x for b in loader]
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    # The graphs themselves are never modified by collation.
+    for i in range(len(subset)):
+        assert torch.equal(loader.dataset[i].x, subset[i].x)
+    with_transform = nci[:10]
+    with_transform.transform = lambda data: data
+    loader = FixedSizeDataLoader(with_transform, batch_size=8,
+                                 fixed_size_options=sizes)
+    assert loader.dataset is with_transform
