@@ -5,7 +5,6 @@ model on the first call (dispatch tracing, rule checks), and runs each call
 with PopTorch's batching, output-mode and training semantics. Weights are
 synchronised exactly when PopTorch synchronises them (spec 4.4).
 """
-import copy
 import datetime
 import time
 from typing import Any, Dict, List, Optional
@@ -15,16 +14,13 @@ import torch
 from .. import _impl
 from .._logging import logger
 from .._printing import module_repr
-from ..enums import ConnectionType, OutputMode, ReductionType
+from ..enums import ConnectionType, OutputMode
 from ..errors import NO_EXECUTABLE_ERR, createPoptorchError
 from ..options import Options
-from ..tracing import capture as _capture
 from ..tracing.ir import Ir
 from . import _host_sync
-from ._args import ArgsBinder, BoundArgs, InputSignature
-from ._backends import Executable
+from ._args import ArgsBinder, BoundArgs
 from ._batching import BatchLayout
-from ._device_state import DeviceRng, DeviceState
 from ._optimizer_link import OptimizerLink
 from ._perf import PerfCounters
 from ._program import Program

@@ -10,7 +10,7 @@ applies one optimizer step per device iteration.
 """
 import contextlib
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 
