@@ -111,9 +111,13 @@ class OutputCollector:
         else:
             self._parts.append(value)
 
-    def combine(self) -> torch.Tensor:
+    def combine(self, may_alias: bool = False) -> torch.Tensor:
+        """The host result. ``may_alias``: the graph output can share memory
+        with an input or a weight, so a single kept part is copied (a
+        concatenation or a sum is a new tensor anyway)."""
         parts = self._parts if self._mode != OutputMode.Sum else self._sums
         if len(parts) == 1:
-            return parts[0]
+            single = parts[0]
+            return single.clone() if may_alias and self._parts else single
         parts = [p.reshape(1) if p.dim() == 0 else p for p in parts]
         return torch.cat(parts, dim=0)

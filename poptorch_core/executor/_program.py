@@ -155,10 +155,7 @@ class Program:
             if slot is None:
                 values.append(captured.constants[k])
                 continue
-            out = collectors[slot].combine()
-            if self.output_aliases and self.output_aliases[slot] and \
-                    self.layout.num_steps == 1:
-                out = out.clone()
+            out = collectors[slot].combine(self.output_aliases[slot])
             out = _dtypes.output_to_host(out, f"Output {k}")
             out.backward = _no_backward
             values.append(out)

@@ -200,3 +200,20 @@ def test_replicas_read_their_input_group():
     opts.inputReplicaGrouping(2, poptorch.CommGroupType.Orthogonal)
     out = poptorch.inferenceModel(Model(), opts)(x)
     torch.testing.assert_close(out, x[[0, 1, 0, 1]])
+
+
+@pytest.mark.parametrize("mode", [poptorch.OutputMode.All,
+                                  poptorch.OutputMode.Final,
+                                  poptorch.OutputMode.EveryN])
+def test_outputs_never_alias_inputs(mode):
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    opts = poptorch.Options().deviceIterations(1 if mode ==
+                                               poptorch.OutputMode.All else 2)
+    opts.outputMode(mode, 2 if mode == poptorch.OutputMode.EveryN else None)
+    x = torch.ones(2, 3)
+    out = poptorch.inferenceModel(Identity(), opts)(x)
+    out.zero_()
+    torch.testing.assert_close(x, torch.ones(2, 3))
