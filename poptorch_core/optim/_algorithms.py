@@ -140,6 +140,24 @@ def update_group(kind: _OptimizerType, params: List[torch.Tensor],
     steps = {float(st["step"]) for st in states}
     if len(steps) != 1:
         return False
+    with torch.no_grad():
+        for st in states:
+            st["step"] += 1
+    adam_multi_tensor(kind, params, grads, [st["exp_avg"] for st in states],
+                      [st["exp_avg_sq"] for st in states], hp,
+                      steps.pop() + 1)
+    return True
+
+
+def adam_multi_tensor(kind: _OptimizerType, params: List[torch.Tensor],
+                      grads: List[torch.Tensor],
+                      exp_avgs: List[torch.Tensor],
+                      exp_avg_sqs: List[torch.Tensor], hp: HyperParams,
+                      step: float) -> None:
+    """The Adam-family arithmetic of :func:`update_group` on float32 lists,
+    ``step`` being the step count after this update (the caller advances
+    the stored counts). Element for element the per-parameter rule's ops,
+    so flat and per-parameter tensors give identical results."""
     lr, wd = hp["lr"], hp["weight_decay"]
     beta1, beta2 = hp["betas"]
     with torch.no_grad():
@@ -148,19 +166,14 @@ def update_group(kind: _OptimizerType, params: List[torch.Tensor],
                 torch._foreach_mul_(params, 1 - lr * wd)
             else:
                 grads = torch._foreach_add(grads, params, alpha=wd)
-        for st in states:
-            st["step"] += 1
-        exp_avgs = [st["exp_avg"] for st in states]
-        exp_avg_sqs = [st["exp_avg_sq"] for st in states]
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-        bc1, bc2 = _bias_corrections(kind, hp, steps.pop() + 1)
+        bc1, bc2 = _bias_corrections(kind, hp, step)
         denom = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denom, math.sqrt(bc2))
         torch._foreach_add_(denom, hp["eps"])
         torch._foreach_addcdiv_(params, exp_avgs, denom, value=-lr / bc1)
-    return True
 
 
 def _work(tensor: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ import torch
 from .._logging import logger
 from ._algorithms import init_state, popart_names, slots, storage_dtype, \
     update, update_group
+from ._packed import PackedGroup
 from ._resolve import ResolvedOptimizer, resolve_optimizer
 from ._types import _OptimizerType
 
@@ -71,6 +72,9 @@ class DeviceOptimizer:
         self._state: Dict[int, Dict[str, torch.Tensor]] = {}
         self._resolved: Optional[ResolvedOptimizer] = None
         self._groups: List[_Group] = []
+        #: One PackedGroup per group while the fast path is valid (see
+        #: ``_packed``'s invariant); None when it must be rebuilt.
+        self._packed: Optional[List[Optional[PackedGroup]]] = None
         self.update_from_host(host_optimizer)
 
     @property
@@ -91,6 +95,7 @@ class DeviceOptimizer:
         change keeps the momentum) and reset when it changes.
         """
         resolved = resolve_optimizer(host_optimizer)
+        self._packed = None  # groups, hyper-parameters or dtypes may change
         groups = [(hp, [self._param_id(p) for p in params])
                   for hp, params in zip(resolved.groups, resolved.params)]
         if self._resolved is not None and resolved.kind != self._resolved.kind:
@@ -116,27 +121,54 @@ class DeviceOptimizer:
             raise ValueError(f"grad_divisor must be positive, got "
                              f"{grad_divisor}")
         kind, attrs = self._resolved.kind, self._resolved.attributes
-        live = [(pid, hp) for hp, ids in self._groups for pid in ids
-                if self._device_params[pid].grad is not None]
+        max_norm = attrs.get("max_grad_norm", math.inf)
         with torch.no_grad():
-            for pid, _ in live:
-                self._reduce(self._device_params[pid].grad, grad_divisor)
-            max_norm = attrs.get("max_grad_norm", math.inf)
-            if live and math.isfinite(max_norm):
-                torch.nn.utils.clip_grad_norm_(
-                    [self._device_params[pid] for pid, _ in live], max_norm)
-            for hp, ids in self._groups:
-                ids = [pid for pid in ids
-                       if self._device_params[pid].grad is not None]
-                params = [self._device_params[pid] for pid in ids]
-                if update_group(kind, params, [p.grad for p in params],
-                                [self._state[pid] for pid in ids], hp):
-                    continue
-                for pid, param in zip(ids, params):
-                    update(kind, param, param.grad, self._state[pid], hp,
-                           attrs)
+            if math.isfinite(max_norm) or not self._step_packed(grad_divisor):
+                self._step_per_group(grad_divisor, max_norm)
         for param in self._device_params.values():
             param.grad = None
+
+    def _step_packed(self, grad_divisor: float) -> bool:
+        """The whole step on flat buffers, when every group is packed and
+        every parameter has a gradient. Returns False, changing nothing,
+        otherwise (and drops the packing: the per-group path may advance
+        only some step counts)."""
+        if self._packed is None:
+            kind = self._resolved.kind
+            self._packed = [PackedGroup.pack(
+                kind, [self._device_params[pid] for pid in ids],
+                [self._state[pid] for pid in ids], hp)
+                for hp, ids in self._groups]
+        if not all((packed is not None and
+                    all(p.grad is not None for p in packed.params)) or not ids
+                   for packed, (_, ids) in zip(self._packed, self._groups)):
+            self._packed = None
+            return False
+        for packed, (hp, ids) in zip(self._packed, self._groups):
+            if not ids:
+                continue
+            self._reduce(packed.gather_grads(), grad_divisor)
+            packed.update(hp)
+        return True
+
+    def _step_per_group(self, grad_divisor: float, max_norm: float) -> None:
+        kind, attrs = self._resolved.kind, self._resolved.attributes
+        live = [pid for _, ids in self._groups for pid in ids
+                if self._device_params[pid].grad is not None]
+        for pid in live:
+            self._reduce(self._device_params[pid].grad, grad_divisor)
+        if live and math.isfinite(max_norm):
+            torch.nn.utils.clip_grad_norm_(
+                [self._device_params[pid] for pid in live], max_norm)
+        for hp, ids in self._groups:
+            ids = [pid for pid in ids
+                   if self._device_params[pid].grad is not None]
+            params = [self._device_params[pid] for pid in ids]
+            if update_group(kind, params, [p.grad for p in params],
+                            [self._state[pid] for pid in ids], hp):
+                continue
+            for pid, param in zip(ids, params):
+                update(kind, param, param.grad, self._state[pid], hp, attrs)
 
     def read_state(self) -> Dict[str, Dict[str, torch.Tensor]]:
         """``{"ipu_state": ..., "ipu_param": ...}`` under PopART's names,
@@ -202,6 +234,7 @@ class DeviceOptimizer:
                 ipu_state[_LOSS_SCALE_UPDATE_FACTOR])
         for pid, slot_key, hp, value in pending:
             self._slot(pid, slot_key, hp).copy_(value)
+        self._packed = None  # the loaded step counts may differ
 
     # -- internals ----------------------------------------------------------
     def _param_id(self, param: torch.Tensor) -> int:
@@ -214,12 +247,16 @@ class DeviceOptimizer:
         return pid
 
     def _reduce(self, grad: torch.Tensor, grad_divisor: float) -> None:
-        grad.div_(grad_divisor)
+        # Dividing by 1 is exact: skipping it changes no bit.
+        if grad_divisor != 1:
+            grad.div_(grad_divisor)
         # The accumulator holds the (still loss-scaled) reduced gradient.
         if self._resolved.attributes["accum_type"] == torch.float16 and \
                 grad.dtype == torch.float32:
             grad.copy_(grad.half())
-        grad.div_(self.loss_scaling)
+        loss_scaling = self.loss_scaling
+        if loss_scaling != 1:
+            grad.div_(loss_scaling)
 
     def _state_targets(self) -> Dict[str, Tuple[int, str, Dict[str, object]]]:
         names = popart_names(self._resolved.kind)

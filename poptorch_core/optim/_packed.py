@@ -1,0 +1,126 @@
+"""Adam-family parameter groups packed into flat buffers.
+
+The IPU updates all the weights of a group in one fused operation. On the
+host the closest match is one flat buffer per quantity (weights, gradients,
+the two moments, the step counts) so that an update is a handful of kernels
+over the whole group rather than a handful per parameter; for a small GNN
+that is the difference between about 1 ms and 0.1 ms per step.
+
+Invariant: while a :class:`PackedGroup` is alive, every parameter of the
+group and each of its ``exp_avg``/``exp_avg_sq``/``step`` state tensors is a
+view into the group's flat buffers. Parameters are re-pointed with
+``Tensor.set_`` so the executor, the traced graph and the weight sync keep
+holding the same tensor objects. Whoever replaces a state tensor instead of
+writing into it, or updates only part of a group, must drop the packing
+(:class:`~._device.DeviceOptimizer` does); :meth:`PackedGroup.pack` then
+rebuilds it from the current values.
+
+Example::
+
+    >>> params = [torch.ones(2, 2, requires_grad=True),
+    ...           torch.ones(3, requires_grad=True)]
+    >>> states = [{"exp_avg": torch.zeros_like(p),
+    ...            "exp_avg_sq": torch.zeros_like(p),
+    ...            "step": torch.tensor(0.0)} for p in params]
+    >>> hp = {"lr": 0.1, "betas": (0.9, 0.999), "eps": 1e-8,
+    ...       "weight_decay": 0.0}
+    >>> group = PackedGroup.pack(_OptimizerType.ADAM, params, states, hp)
+    >>> params[0].untyped_storage().data_ptr() == group.param.data_ptr()
+    True
+    >>> for p in params:
+    ...     p.grad = torch.ones_like(p)
+    >>> group.gather_grads().shape
+    torch.Size([7])
+    >>> group.update(hp)
+    >>> params[1]
+    tensor([0.9000, 0.9000, 0.9000], requires_grad=True)
+"""
+from typing import List, Optional, Sequence
+
+import torch
+
+from ._algorithms import HyperParams, State, adam_multi_tensor
+from ._types import _OptimizerType
+
+__all__: list = []
+
+_MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def _packable(kind: _OptimizerType, params: Sequence[torch.Tensor],
+              states: Sequence[State], hp: HyperParams) -> bool:
+    if kind.family != "adam" or hp.get("maximize", False) or not params:
+        return False
+    device = params[0].device
+    for param, state in zip(params, states):
+        tensors = [param] + [state.get(key) for key in _MOMENTS]
+        if any(t is None or t.dtype != torch.float32 or t.device != device
+               or not t.is_contiguous() for t in tensors):
+            return False
+        if "step" not in state or state["step"].dim() != 0:
+            return False
+    return len({float(state["step"]) for state in states}) == 1
+
+
+def _flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]
+                ) -> List[torch.Tensor]:
+    views, offset = [], 0
+    for tensor in like:
+        views.append(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        offset += tensor.numel()
+    return views
+
+
+class PackedGroup:
+    """Flat weights, gradients, moments and step counts of one group."""
+
+    def __init__(self, kind: _OptimizerType, params: List[torch.Tensor],
+                 states: List[State]):
+        self.kind = kind
+        self.params = params
+        with torch.no_grad():
+            self.param = torch.cat([p.detach().reshape(-1) for p in params])
+            storage = self.param.untyped_storage()
+            offset = 0
+            for param in params:
+                # Same tensor object, now a window on the flat weights.
+                param.set_(storage, offset, param.shape, param.stride())
+                offset += param.numel()
+            self.moments = {}
+            for key in _MOMENTS:
+                flat = torch.cat([st[key].reshape(-1) for st in states])
+                for state, view in zip(states, _flat_views(flat, params)):
+                    state[key] = view
+                self.moments[key] = flat
+            self.steps = torch.stack([st["step"] for st in states])
+            for i, state in enumerate(states):
+                state["step"] = self.steps[i]
+        self.step_count = float(self.steps[0])
+        self.grad = torch.empty_like(self.param)
+
+    @classmethod
+    def pack(cls, kind: _OptimizerType, params: List[torch.Tensor],
+             states: List[State], hp: HyperParams
+             ) -> Optional["PackedGroup"]:
+        """Packs the group, or returns None (changing nothing) when it needs
+        the per-parameter path: not Adam-family, ``maximize``, tensors that
+        are not contiguous float32 on one device, or unequal step counts."""
+        if not _packable(kind, params, states, hp):
+            return None
+        return cls(kind, params, states)
+
+    def gather_grads(self) -> torch.Tensor:
+        """Copies the parameters' ``.grad`` into the flat gradient buffer
+        (every parameter must have one) and returns the buffer."""
+        torch.cat([p.grad.reshape(-1) for p in self.params], out=self.grad)
+        return self.grad
+
+    def update(self, hp: HyperParams) -> None:
+        """One Adam-family step from the reduced flat gradient."""
+        with torch.no_grad():
+            self.steps.add_(1)
+            self.step_count += 1
+            adam_multi_tensor(self.kind, [self.param], [self.grad],
+                              [self.moments["exp_avg"]],
+                              [self.moments["exp_avg_sq"]], hp,
+                              self.step_count)
