@@ -120,8 +120,7 @@ class DeviceOptimizer:
         if not grad_divisor > 0:
             raise ValueError(f"grad_divisor must be positive, got "
                              f"{grad_divisor}")
-        kind, attrs = self._resolved.kind, self._resolved.attributes
-        max_norm = attrs.get("max_grad_norm", math.inf)
+        max_norm = self._resolved.attributes.get("max_grad_norm", math.inf)
         with torch.no_grad():
             if math.isfinite(max_norm) or not self._step_packed(grad_divisor):
                 self._step_per_group(grad_divisor, max_norm)
