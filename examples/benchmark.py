@@ -11,7 +11,9 @@ data (the embedded NCI TPSA molecules) and the same model
 * training throughput: graphs/s of ``poptorch.trainingModel`` fed by
   ``poptorch_geometric.FixedSizeDataLoader`` (StreamPack), with the
   ``interpret`` and ``compile`` backends, over a plain PyG eager loop with
-  PyG's ``DataLoader``;
+  PyG's ``DataLoader``. Both take the same number of optimizer steps per
+  epoch: the packing budgets come from ``FixedSizeOptions.for_batch_size``
+  (batches of 128 graphs on average, like PyG's ``batch_size=128``);
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
@@ -29,7 +31,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch_geometric.loader import DataLoader as PyGDataLoader
@@ -64,9 +66,9 @@ def _new_model(dataset_y: torch.Tensor, num_graphs: int, hidden: int
 
 class _Setup:
     """One training setup: ``epoch()`` trains one epoch and returns the real
-    graphs it saw."""
+    graphs it saw and the optimizer steps it took."""
 
-    def __init__(self, epoch: Callable[[], int],
+    def __init__(self, epoch: Callable[[], Tuple[int, int]],
                  compilations: Callable[[], int] = lambda: 0,
                  close: Callable[[], None] = lambda: None):
         self.epoch, self.compilations, self.close = epoch, compilations, close
@@ -78,8 +80,8 @@ def _pyg_eager(dataset, model: MoleculeGNN) -> _Setup:
                            exclude_keys=["smiles"])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-    def epoch() -> int:
-        graphs = 0
+    def epoch() -> Tuple[int, int]:
+        graphs = steps = 0
         for batch in loader:
             model.num_graphs = batch.num_graphs
             optimizer.zero_grad()
@@ -88,7 +90,8 @@ def _pyg_eager(dataset, model: MoleculeGNN) -> _Setup:
             loss.backward()
             optimizer.step()
             graphs += batch.num_graphs
-        return graphs
+            steps += 1
+        return graphs, steps
 
     return _Setup(epoch)
 
@@ -107,12 +110,13 @@ def _executor(dataset, model: MoleculeGNN, sizes, backend: str,
     ipu_model = poptorch.trainingModel(
         model, opts, poptorch.optim.Adam(model.parameters(), lr=1e-3))
 
-    def epoch() -> int:
-        graphs = 0
+    def epoch() -> Tuple[int, int]:
+        graphs = steps = 0
         for batch in loader:
             ipu_model(*_inputs(batch))
             graphs += int(batch.graphs_mask.sum())
-        return graphs
+            steps += device_iterations
+        return graphs, steps
 
     return _Setup(epoch, ipu_model.compilations, loader.terminate)
 
@@ -140,9 +144,10 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
     for _ in range(args.epochs):
         for name, setup in setups.items():
             start = time.perf_counter()
-            graphs = setup.epoch()
+            graphs, steps = setup.epoch()
             results[name]["epochs"].append(
                 (graphs, time.perf_counter() - start))
+            results[name]["steps_per_epoch"] = steps
     for name, setup in setups.items():
         result = results[name]
         rates = [g / t for g, t in result.pop("epochs")]
@@ -220,25 +225,26 @@ def print_table(record: Dict[str, Any]) -> None:
     print(f"\nNCI TPSA, {record['config']['molecules']} molecules, "
           f"{GRAPHS_PER_BATCH} graphs per batch, torch "
           f"{torch.__version__}, {torch.get_num_threads()} thread(s)")
-    print(f"{'measure':44}{'value':>12}{'ratio':>9}")
-    print(f"{'collation, PyG Collater (graphs/s)':44}"
+    print(f"{'measure':52}{'value':>12}{'ratio':>9}")
+    print(f"{'collation, PyG Collater (graphs/s)':52}"
           f"{c['pyg_graphs_per_s']:>12.0f}{1.0:>9.2f}")
-    print(f"{'collation, fixed-size fast path (graphs/s)':44}"
+    print(f"{'collation, fixed-size fast path (graphs/s)':52}"
           f"{c['tight_graphs_per_s']:>12.0f}"
           f"{ratios['collation_fast_path_over_pyg']:>9.2f}")
     for name, r in record["packing"].items():
-        print(f"{'packing ' + name + ' (node/edge slots used)':44}"
+        print(f"{'packing ' + name + ' (node/edge slots used)':52}"
               f"{r['node_efficiency']:>11.1%} {r['edge_efficiency']:>8.1%}")
     pyg = record["training"]["pyg_eager"]["graphs_per_s"]
     for name, r in record["training"].items():
-        print(f"{'training ' + name + ' (graphs/s)':44}"
+        label = f"training {name} ({r['steps_per_epoch']} steps/epoch)"
+        print(f"{label + ' (graphs/s)':52}"
               f"{r['graphs_per_s']:>12.0f}{r['graphs_per_s'] / pyg:>9.2f}")
     o = record["overhead"]
-    print(f"{'executor step, interpret / eager (ms)':44}"
+    print(f"{'executor step, interpret / eager (ms)':52}"
           f"{o['interpret_step_ms']:>6.2f}/{o['eager_step_ms']:<5.2f}"
           f"{o['interpret_over_eager']:>9.3f}")
     for name, count in record["compilations"].items():
-        print(f"{'compilations, ' + name:44}{count:>12}")
+        print(f"{'compilations, ' + name:52}{count:>12}")
 
 
 def plot(record: Dict[str, Any], path: str) -> None:
@@ -299,12 +305,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     collation = collation_throughput(dataset, args.repeats)
     torch.set_num_threads(threads)
     packing = slot_efficiency(dataset)
-    sizes = pyg_ipu.FixedSizeOptions.for_packing(dataset, GRAPHS_PER_BATCH)
+    sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset, GRAPHS_PER_BATCH)
     record: Dict[str, Any] = {
         "config": {"molecules": len(dataset), "epochs": args.epochs,
                    "hidden": args.hidden, "backends": args.backends,
                    "device_iterations": args.device_iterations,
                    "graphs_per_batch": GRAPHS_PER_BATCH, "threads": threads,
+                   "fixed_sizes": {"num_graphs": sizes.num_graphs,
+                                   "num_nodes": sizes.num_nodes,
+                                   "num_edges": sizes.num_edges},
                    "torch": torch.__version__, "quick": args.quick},
         "collation": collation,
         "packing": packing,

@@ -71,6 +71,43 @@ def _smallest_node_budget(nodes: np.ndarray, edges: np.ndarray,
     return high
 
 
+def _size_arrays(nodes: Sequence[int], edges: Sequence[int]
+                 ) -> Tuple[np.ndarray, np.ndarray, float]:
+    """Graph sizes as arrays and the dataset's edges-per-node ratio."""
+    n = np.asarray(nodes, dtype=np.int64)
+    e = np.asarray(edges, dtype=np.int64)
+    if n.size == 0:
+        raise ValueError("Cannot derive packing budgets from an empty "
+                         "dataset.")
+    return n, e, float(e.sum()) / max(float(n.sum()), 1.0)
+
+
+def _tightest_budgets(n: np.ndarray, e: np.ndarray, num_graphs: int,
+                      ratio: float, batches: int
+                      ) -> Tuple[float, int, int]:
+    """``(slot efficiency, num_nodes, num_edges)`` of the smallest budgets
+    that pack the graphs into at most ``batches`` batches of ``num_graphs``
+    graph slots.
+
+    Both budgets hold the largest graph plus one node and edge per other
+    slot (nothing is ever skipped) and the edge budget follows the node
+    budget by the dataset's edges-per-node ``ratio``.
+    """
+    min_nodes = int(n.max()) + num_graphs - 1
+    min_edges = int(e.max()) + num_graphs - 1
+    # With this many nodes the graph slots always bind first.
+    high = max(min_nodes, (num_graphs - 1) * int(n.max()) + num_graphs,
+               math.ceil((min_edges + 1) / max(ratio, 1e-9)))
+    num_nodes = _smallest_node_budget(n, e, num_graphs, ratio, min_nodes,
+                                      min_edges, batches, high)
+    num_edges = _edge_budget(num_nodes, ratio, min_edges)
+    count = count_packed_batches(n, e, num_graphs - 1, num_nodes - 1,
+                                 num_edges - 1)
+    efficiency = min(n.sum() / (count * num_nodes),
+                     e.sum() / (count * num_edges) if e.any() else 1.0)
+    return float(efficiency), num_nodes, num_edges
+
+
 def packing_budget(nodes: Sequence[int], edges: Sequence[int],
                    num_graphs: int) -> Tuple[int, int]:
     """Node and edge budgets for stream packing graphs of these sizes into
@@ -85,29 +122,41 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
     ``B`` whose budgets give the highest slot efficiency (real over
     allocated nodes and edges, the lower of the two) wins.
     """
-    n = np.asarray(nodes, dtype=np.int64)
-    e = np.asarray(edges, dtype=np.int64)
-    if n.size == 0:
-        raise ValueError("Cannot derive packing budgets from an empty "
-                         "dataset.")
-    ratio = float(e.sum()) / max(float(n.sum()), 1.0)
-    # Room for the largest graph alone plus a node/edge per other slot.
-    min_nodes = int(n.max()) + num_graphs - 1
-    min_edges = int(e.max()) + num_graphs - 1
+    n, e, ratio = _size_arrays(nodes, edges)
     fewest = math.ceil(n.size / (num_graphs - 1))
-    # With this many nodes the graph slots always bind first.
-    high = max(min_nodes, (num_graphs - 1) * int(n.max()) + num_graphs,
-               math.ceil((min_edges + 1) / max(ratio, 1e-9)))
     step = max(1, fewest // 64)  # every B for small datasets
-    best = None
-    for batches in range(fewest, 2 * fewest + 1, step):
-        num_nodes = _smallest_node_budget(n, e, num_graphs, ratio, min_nodes,
-                                          min_edges, batches, high)
-        num_edges = _edge_budget(num_nodes, ratio, min_edges)
-        count = count_packed_batches(n, e, num_graphs - 1, num_nodes - 1,
-                                     num_edges - 1)
-        efficiency = min(n.sum() / (count * num_nodes),
-                         e.sum() / (count * num_edges) if e.any() else 1.0)
-        if best is None or efficiency > best[0]:
-            best = (efficiency, num_nodes, num_edges)
+    best = max((_tightest_budgets(n, e, num_graphs, ratio, batches)
+                for batches in range(fewest, 2 * fewest + 1, step)),
+               key=lambda budgets: budgets[0])  # the first best on ties
     return best[1], best[2]
+
+
+def batch_size_budget(nodes: Sequence[int], edges: Sequence[int],
+                      batch_size: int) -> Tuple[int, int, int]:
+    """``(num_graphs, num_nodes, num_edges)`` with which greedy packing in
+    dataset order needs at most ``ceil(len / batch_size)`` batches (as many
+    as a ``DataLoader(batch_size=batch_size)`` makes), with the highest
+    node and edge slot efficiency.
+
+    More graph slots than ``batch_size`` let the node and edge budgets
+    bind instead of the graph count; each slot also reserves one node and
+    one edge for padding, so past some point more slots only waste room.
+    The search walks the slot count up from the fewest that can reach the
+    batch count and stops once the efficiency has not improved for a while.
+    """
+    n, e, ratio = _size_arrays(nodes, edges)
+    batches = math.ceil(n.size / batch_size)
+    # Fewest slots with which `batches` batches can hold every graph (one
+    # slot per batch is the padding graph's).
+    first = math.ceil(n.size / batches) + 1
+    step = max(1, batch_size // 32)
+    best, since_best, patience = None, 0, 8
+    for num_graphs in range(first, 2 * batch_size + 2, step):
+        candidate = _tightest_budgets(n, e, num_graphs, ratio, batches)
+        if best is None or candidate[0] > best[0]:
+            best, since_best = (*candidate, num_graphs), 0
+        else:
+            since_best += 1
+            if since_best == patience:
+                break
+    return best[3], best[1], best[2]

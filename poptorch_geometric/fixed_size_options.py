@@ -15,7 +15,7 @@ from torch_geometric.data import HeteroData
 from torch_geometric.data.summary import Summary
 from torch_geometric.typing import EdgeType, NodeType
 
-from ._packing import packing_budget
+from ._packing import batch_size_budget, packing_budget
 from ._sizes import edge_count, node_count
 
 __all__ = ["FixedSizeOptions", "validate_num_graphs"]
@@ -249,17 +249,66 @@ class FixedSizeOptions:
             (32, True)
         """
         validate_num_graphs(graphs_per_batch)
-        nodes, edges = [], []
-        for data in dataset:
-            if isinstance(data, HeteroData):
-                raise ValueError(
-                    "for_packing supports homogeneous datasets (Data) only; "
-                    "use from_dataset for HeteroData.")
-            nodes.append(node_count(data))
-            edges.append(edge_count(data))
-        num_nodes, num_edges = packing_budget(nodes, edges, graphs_per_batch)
+        num_nodes, num_edges = packing_budget(*_graph_sizes(dataset),
+                                              graphs_per_batch)
         return cls(num_nodes=num_nodes, num_edges=num_edges,
                    num_graphs=graphs_per_batch)
+
+    @classmethod
+    def for_batch_size(cls, dataset: Any,
+                       batch_size: int) -> "FixedSizeOptions":
+        """StreamPack budgets that match PyG's
+        ``DataLoader(dataset, batch_size)`` step for step: packed batches
+        hold ``batch_size`` graphs on average, so an epoch takes at most
+        ``ceil(len(dataset) / batch_size)`` steps, with as few padded node
+        and edge slots as that allows.
+
+        Use it to swap a PyG loader for a fixed-size one without changing
+        the number of optimizer steps per epoch. ``num_graphs`` comes out
+        above ``batch_size``: the spare graph slots let small graphs fill a
+        batch, so that the node and edge budgets, not the graph count, bind.
+        Pass ``batch_size=opts.num_graphs`` to the loader. The rule:
+        :meth:`for_packing`'s budgets for exactly that many batches, at the
+        graph-slot count with the best slot efficiency.
+
+        Homogeneous datasets only.
+
+        Example::
+
+            >>> from poptorch_geometric import (FixedSizeDataLoader,
+            ...                                 FixedSizeStrategy)
+            >>> from poptorch_geometric.datasets import SyntheticMolecules
+            >>> ds = SyntheticMolecules(500)
+            >>> opts = FixedSizeOptions.for_batch_size(ds, batch_size=32)
+            >>> opts.num_graphs > 32
+            True
+            >>> loader = FixedSizeDataLoader(
+            ...     ds, batch_size=opts.num_graphs, fixed_size_options=opts,
+            ...     fixed_size_strategy=FixedSizeStrategy.StreamPack)
+            >>> len(list(loader)) <= 16
+            True
+        """
+        if isinstance(batch_size, bool) or \
+                not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(f"batch_size ({batch_size!r}) must be a "
+                             "positive integer.")
+        num_graphs, num_nodes, num_edges = batch_size_budget(
+            *_graph_sizes(dataset), batch_size)
+        return cls(num_nodes=num_nodes, num_edges=num_edges,
+                   num_graphs=num_graphs)
+
+
+def _graph_sizes(dataset: Any):
+    """Node and edge counts of every graph (homogeneous datasets only)."""
+    nodes, edges = [], []
+    for data in dataset:
+        if isinstance(data, HeteroData):
+            raise ValueError(
+                "for_packing and for_batch_size support homogeneous "
+                "datasets (Data) only; use from_dataset for HeteroData.")
+        nodes.append(node_count(data))
+        edges.append(edge_count(data))
+    return nodes, edges
 
 
 class _LoaderMaxima:

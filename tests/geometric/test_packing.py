@@ -54,3 +54,44 @@ def test_for_packing_rejects_hetero_and_empty():
         FixedSizeOptions.for_packing([], 4)
     with pytest.raises(ValueError, match="at least 2"):
         FixedSizeOptions.for_packing(SyntheticMolecules(3), 1)
+
+
+def _pyg_steps(dataset, batch_size):
+    from torch_geometric.loader import DataLoader
+    return sum(1 for _ in DataLoader(dataset, batch_size=batch_size))
+
+
+def test_for_batch_size_takes_no_more_steps_than_pyg_on_nci(nci):
+    opts = FixedSizeOptions.for_batch_size(nci, batch_size=128)
+    assert opts.num_graphs > 128
+    report = batching_efficiency(_stream_pack(nci, opts))
+    assert report.skipped_graphs == 0
+    assert report.real_graphs == len(nci)
+    assert report.num_batches <= _pyg_steps(nci, 128)
+    # Matching PyG's step count costs little padding.
+    assert report.node_efficiency >= 0.95
+    assert report.edge_efficiency >= 0.95
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16, 299, 400])
+def test_for_batch_size_on_small_datasets(batch_size):
+    ds = SyntheticMolecules(300, seed=2)
+    opts = FixedSizeOptions.for_batch_size(ds, batch_size=batch_size)
+    batches = list(_stream_pack(ds, opts))
+    assert len(batches) <= _pyg_steps(ds, batch_size)
+    assert sum(int(b.graphs_mask.sum()) for b in batches) == len(ds)
+    for batch in batches:
+        assert batch.num_graphs == opts.num_graphs
+        assert batch.num_nodes == opts.num_nodes
+
+
+def test_for_batch_size_rejects_bad_input():
+    data = HeteroData()
+    data["a"].x = torch.ones(2, 1)
+    with pytest.raises(ValueError, match="homogeneous"):
+        FixedSizeOptions.for_batch_size([data], 4)
+    with pytest.raises(ValueError, match="empty"):
+        FixedSizeOptions.for_batch_size([], 4)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            FixedSizeOptions.for_batch_size(SyntheticMolecules(3), bad)
