@@ -22,6 +22,7 @@ from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
 from ._backends import Executable
 from ._device_state import DeviceRng, DeviceState
+from ._lowering import lower_marker_ops
 from ._program import Program
 
 __all__: list = []
@@ -116,7 +117,8 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     seed = opts.random_seed if opts.exists("random_seed") else None
     program = Program(
         captured=captured,
-        executable=Executable(graph, opts.Simulator.execution_backend),
+        executable=Executable(lower_marker_ops(graph),
+                              opts.Simulator.execution_backend),
         state=state, rng=DeviceRng(device, seed), layout=layout,
         signature=InputSignature.of(bound),
         output_mode=OutputMode(opts.output_mode),

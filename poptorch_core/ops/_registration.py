@@ -77,5 +77,17 @@ def define_identity_op(name: str,
         del ctx
         return (grad, ) + (None, ) * num_extra
 
-    return define_op(name, schema, kernel, fake, backward,
-                     lambda ctx, inputs, output: None)
+    op = define_op(name, schema, kernel, fake, backward,
+                   lambda ctx, inputs, output: None)
+    _IDENTITY_OPS.add(op)
+    return op
+
+
+#: The overloads made by :func:`define_identity_op` (the executor runs them
+#: as ``aten.clone``).
+_IDENTITY_OPS: set = set()
+
+
+def is_identity_op(target: Any) -> bool:
+    """Whether ``target`` is a marker op made by :func:`define_identity_op`."""
+    return target in _IDENTITY_OPS

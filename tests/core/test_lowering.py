@@ -1,0 +1,78 @@
+"""The executed graph runs PopTorch's marker ops as ATen ops: same values,
+same gradients, and the captured graph (what the Ir shows) is untouched."""
+import pytest
+import torch
+
+import poptorch
+from poptorch_core.executor._lowering import lower_marker_ops
+from poptorch_core.tracing.capture import capture_module
+
+
+class _Marked(torch.nn.Module):
+    def __init__(self, reduction):
+        super().__init__()
+        self.reduction = reduction
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = poptorch.nop(self.lin(x))
+        h = poptorch.set_available_memory(h, 0.3)
+        h = poptorch.ipu_print_tensor(h, "h")
+        return poptorch.identity_loss(h.tanh() * 3, self.reduction)
+
+
+def _poptorch_targets(graph_module):
+    return sorted(str(n.target) for n in graph_module.graph.nodes
+                  if str(n.target).startswith("poptorch."))
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_values_and_gradients_match_the_captured_graph(reduction):
+    torch.manual_seed(0)
+    model = _Marked(reduction)
+    x = torch.randn(5, 4)
+    captured = capture_module(model, (x,), {}, training=True,
+                              device=torch.device("cpu"))
+    lowered = lower_marker_ops(captured.graph_module)
+    assert _poptorch_targets(captured.graph_module) == [
+        "poptorch.identity_loss.default", "poptorch.ipu_print_tensor.default",
+        "poptorch.nop.default", "poptorch.set_available_memory.default"]
+    # Only the op with a side effect stays a PopTorch op.
+    assert _poptorch_targets(lowered) == ["poptorch.ipu_print_tensor.default"]
+
+    results = []
+    for graph_module in (captured.graph_module, lowered):
+        params = [p.detach().clone().requires_grad_() for p in
+                  model.parameters()]
+        (out,) = graph_module(*params, x)
+        (out if out.dim() == 0 else out.sum()).backward()
+        results.append((out.detach(), [p.grad for p in params]))
+    (out_a, grads_a), (out_b, grads_b) = results
+    assert torch.equal(out_a, out_b)
+    for grad_a, grad_b in zip(grads_a, grads_b):
+        assert torch.equal(grad_a, grad_b)
+    # And both are torch's own result on the plain model.
+    expected = model.lin(x).tanh() * 3
+    expected = {"sum": expected.sum(), "mean": expected.mean(),
+                "none": expected}[reduction]
+    torch.testing.assert_close(out_b, expected)
+
+
+def test_a_graph_without_markers_is_returned_unchanged():
+    model = torch.nn.Linear(3, 2)
+    captured = capture_module(model, (torch.randn(2, 3),), {},
+                              training=False, device=torch.device("cpu"))
+    assert lower_marker_ops(captured.graph_module) is captured.graph_module
+
+
+def test_training_model_runs_the_lowered_graph():
+    torch.manual_seed(0)
+    model = _Marked("mean")
+    ipu_model = poptorch.trainingModel(
+        model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    ipu_model(torch.randn(5, 4))
+    program = ipu_model._program
+    assert "poptorch.identity_loss.default" in _poptorch_targets(
+        program.captured.graph_module)
+    assert "poptorch.identity_loss.default" not in _poptorch_targets(
+        program.executable.graph_module)
