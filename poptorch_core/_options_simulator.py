@@ -46,12 +46,15 @@ def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
 
 
 class _SimulatorOptions(OptionsDict):
-    """Simulator settings: execution backend, host device and IPU version.
+    """Simulator settings: execution backend, host device, IPU version and
+    host memory.
 
     - ``execution_backend``: ``"interpret"`` (default) or ``"compile"``;
     - ``host_device``: ``"cpu"`` (default) or ``"cuda"``;
     - ``ipu_version``: 2 (default), 1 or 21 (Bow); drives the simulated
-      device model (memory per IPU, throughput).
+      device model (memory per IPU, throughput);
+    - ``host_memory_pool``: True (default) to keep freed host memory for
+      reuse between steps (see :meth:`hostMemoryPool`).
 
     Example::
 
@@ -61,7 +64,7 @@ class _SimulatorOptions(OptionsDict):
     def __init__(self):
         super().__init__(execution_backend=BACKENDS[0],
                          host_device=HOST_DEVICES[0],
-                         ipu_version=2)
+                         ipu_version=2, host_memory_pool=True)
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option == "execution_backend":
@@ -76,6 +79,9 @@ class _SimulatorOptions(OptionsDict):
                     "Simulator.hostDevice('cpu')")
         elif option == "ipu_version":
             check_ipu_version(value)
+        elif option == "host_memory_pool" and not isinstance(value, bool):
+            raise ValueError(f"Simulator.hostMemoryPool takes a bool, got "
+                             f"{value!r}")
 
     def backend(self, name: str) -> "_SimulatorOptions":
         """Execution backend: ``"interpret"`` or ``"compile"``."""
@@ -89,6 +95,20 @@ class _SimulatorOptions(OptionsDict):
     def ipuVersion(self, version: int) -> "_SimulatorOptions":
         """Simulated IPU generation: 1, 2 or 21 (Bow)."""
         return self.set(ipu_version=version)
+
+    def hostMemoryPool(self, enabled: bool = True) -> "_SimulatorOptions":
+        """Keep freed host memory for reuse instead of returning it to the
+        OS after every step, as the IPU reserves its memory once (default:
+        on). With glibc's ``malloc`` (Linux) a training step otherwise
+        faults its activations' pages back in each time, which can cost a
+        fifth of a small model's step.
+
+        The setting is process-wide: the first model compiled with it
+        configures ``malloc`` for the rest of the process; ``False`` leaves
+        the allocator alone. Settings made through ``MALLOC_*_`` variables
+        or ``GLIBC_TUNABLES`` always win.
+        """
+        return self.set(host_memory_pool=enabled)
 
     def _serialised(self) -> Dict[str, Any]:
         return {KEY_PREFIX + k: v for k, v in self._values.items()}

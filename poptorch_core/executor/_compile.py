@@ -22,6 +22,7 @@ from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
 from ._backends import Executable
 from ._device_state import DeviceRng, DeviceState
+from ._host_memory import keep_host_memory
 from ._lowering import lower_marker_ops
 from ._program import Program
 
@@ -83,6 +84,8 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
             "Replica-grouped weights (replicaGrouping) are not supported by "
             "the simulator yet: every replica holds the same weights. Remove "
             "the replicaGrouping() call to run the model.")
+    if opts.Simulator.host_memory_pool:
+        keep_host_memory()
     micro = _trace_inputs(executor, bound, layout, device)
     trace_args, trace_kwargs = rebuildStructure(bound.as_structure(),
                                                 iter(micro))

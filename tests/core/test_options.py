@@ -61,7 +61,8 @@ def test_defaults_match_spec():
     assert opts.Simulator.toDict() == {
         "simulator.execution_backend": "interpret",
         "simulator.host_device": "cpu",
-        "simulator.ipu_version": 2
+        "simulator.ipu_version": 2,
+        "simulator.host_memory_pool": True
     }
 
 
