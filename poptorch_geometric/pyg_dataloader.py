@@ -150,8 +150,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
                     "batch_sampler.")
-            base = RandomSampler(dataset) if shuffle \
-                else SequentialSampler(dataset)
+            # The loader's generator (if any) drives the shuffle, as it
+            # would without packing.
+            base = RandomSampler(dataset, generator=kwargs.get("generator")) \
+                if shuffle else SequentialSampler(dataset)
             batch_sampler = StreamPackingSampler(
                 dataset, batch_size - 1,
                 max_num_nodes=opts.total_num_nodes - 1,

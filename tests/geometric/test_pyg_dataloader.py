@@ -214,3 +214,24 @@ def test_in_memory_graphs_are_built_once_and_read_through(nci):
     loader = FixedSizeDataLoader(with_transform, batch_size=8,
                                  fixed_size_options=sizes)
     assert loader.dataset is with_transform
+
+
+def test_stream_pack_shuffle_follows_the_loader_generator():
+    from poptorch_geometric.datasets import SyntheticMolecules
+    ds = SyntheticMolecules(60)
+    opts = FixedSizeOptions.for_packing(ds, graphs_per_batch=8)
+
+    def first_epoch(seed):
+        loader = FixedSizeDataLoader(
+            ds, batch_size=8, fixed_size_options=opts, shuffle=True,
+            fixed_size_strategy=FixedSizeStrategy.StreamPack,
+            generator=torch.Generator().manual_seed(seed))
+        return [b.y for b in loader]
+
+    torch.manual_seed(0)
+    a = first_epoch(7)
+    torch.manual_seed(1)  # the global RNG must not matter
+    b = first_epoch(7)
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    c = first_epoch(8)
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
