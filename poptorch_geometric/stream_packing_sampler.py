@@ -34,6 +34,11 @@ def _budget(kind: str, value: Optional[int], max_num_graphs: int,
     return value
 
 
+class _LengthDependsOnOrder(NotImplementedError, TypeError):
+    """``len()`` of a shuffled packing sampler. A ``TypeError`` too, so that
+    ``list(loader)`` treats the length as unknown instead of failing."""
+
+
 class _PackedBatch:
     """The accumulator of one batch: its indices and the room they use."""
 
@@ -184,7 +189,7 @@ class StreamPackingSampler(Sampler[List[int]]):
 
     def __len__(self) -> int:
         if isinstance(self.base_sampler, RandomSampler):
-            raise NotImplementedError(
+            raise _LengthDependsOnOrder(
                 "The number of packed batches depends on the sample order, "
                 "which a RandomSampler changes every epoch.")
         if self._len is None:

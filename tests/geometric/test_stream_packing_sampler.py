@@ -102,3 +102,18 @@ def test_len_with_random_base_sampler():
 def test_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         StreamPackingSampler(_dataset([1, 2]), **kwargs)
+
+
+def test_shuffled_loader_can_be_listed_although_its_length_is_unknown():
+    from poptorch_geometric import FixedSizeOptions, FixedSizeStrategy
+    from poptorch_geometric.datasets import SyntheticMolecules
+    from poptorch_geometric.pyg_dataloader import FixedSizeDataLoader
+    ds = SyntheticMolecules(40)
+    opts = FixedSizeOptions.for_packing(ds, graphs_per_batch=8)
+    loader = FixedSizeDataLoader(
+        ds, batch_size=8, fixed_size_options=opts, shuffle=True,
+        fixed_size_strategy=FixedSizeStrategy.StreamPack)
+    with pytest.raises(NotImplementedError, match="sample order"):
+        len(loader)
+    batches = list(loader)
+    assert sum(int(b.graphs_mask.sum()) for b in batches) == 40
