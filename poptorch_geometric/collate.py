@@ -344,5 +344,8 @@ class CombinedBatchingCollater:
         batches = [self.collater(batch_list[i:i + size])
                    for i in range(0, len(batch_list), size)]
         columns = zip(*(self.parser.yieldTensors(b) for b in batches))
-        tensors = [torch.cat(column, dim=0) for column in columns]
+        # One mini-batch (deviceIterations x replicas x accumulation = 1) is
+        # its own concatenation: no copy.
+        tensors = [column[0] if len(column) == 1 else
+                   torch.cat(column, dim=0) for column in columns]
         return self.parser.reconstruct(batches[0], iter(tensors))
