@@ -60,6 +60,10 @@ def test_packing_and_training_entries(record):
             assert 0 < entry[key] <= 1
         assert entry["skipped_graphs"] == 0
     for name in ("pyg_eager", "interpret_sync", "interpret_async"):
-        assert data["training"][name]["graphs_per_s"] > 0
+        entry = data["training"][name]
+        assert entry["graphs_per_s"] > 0
+        assert len(entry["over_pyg_eager_per_round"]) == 1  # --epochs 1
+        assert entry["over_pyg_eager"] > 0
+    assert data["training"]["pyg_eager"]["over_pyg_eager"] == 1.0
     assert data["training"]["interpret_sync"][
         "compilations_measured_epochs"] == 0
