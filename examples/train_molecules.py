@@ -40,7 +40,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                      ArgumentDefaultsHelpFormatter)
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=128,
-                        help="graph slots per batch (one is kept for padding)")
+                        help="graphs per batch on average, as PyG's "
+                             "DataLoader(batch_size) takes them: the fixed "
+                             "sizes come from "
+                             "FixedSizeOptions.for_batch_size")
     parser.add_argument("--device-iterations", type=int, default=1)
     parser.add_argument("--gradient-accumulation", type=int, default=1)
     parser.add_argument("--replication", type=int, default=1)
@@ -101,8 +104,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     num_val = max(1, int(len(dataset) * args.val_fraction))
     val_set, train_set = dataset[perm[:num_val]], dataset[perm[num_val:]]
     train_y = torch.cat([d.y.view(-1) for d in train_set])
-    sizes = pyg_ipu.FixedSizeOptions.for_packing(
-        train_set, graphs_per_batch=args.batch_size)
+    # As many steps per epoch as PyG's DataLoader(batch_size) would take,
+    # with packed fixed-size batches.
+    sizes = pyg_ipu.FixedSizeOptions.for_batch_size(
+        train_set, batch_size=args.batch_size)
 
     train_loader = _loader(train_set, sizes, _options(args, True), True)
     val_loader = _loader(val_set, sizes, _options(args, False), False)
