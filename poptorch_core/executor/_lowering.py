@@ -15,6 +15,13 @@ values and the same gradients:
 Every other node, including ops with side effects (``ipu_print_tensor``,
 host callbacks), is left as it is.
 
+The copy also drops arithmetic identities (``x + 0``, ``x - 0``, ``x * 1``,
+``x / 1`` with the result's dtype and shape equal to ``x``'s), such as the
+``0 + first`` that Python's ``sum()`` of a list of tensors starts with: a
+full pass over the tensor, forward and backward, for nothing. An identity
+is kept when dropping it could make a value alias another one that is
+written in place, or alias a graph input or output.
+
 Example::
 
     >>> gm = lower_marker_ops(captured.graph_module)
@@ -22,6 +29,8 @@ Example::
     ...     for n in gm.graph.nodes)
     False
 """
+from typing import Optional
+
 import torch
 import torch.fx
 
@@ -44,12 +53,82 @@ def _lowered_target(node: torch.fx.Node):
     return None
 
 
+_NEUTRAL = {_aten.add.Tensor: 0, _aten.add.Scalar: 0, _aten.sub.Tensor: 0,
+            _aten.sub.Scalar: 0, _aten.mul.Tensor: 1, _aten.mul.Scalar: 1,
+            _aten.div.Tensor: 1, _aten.div.Scalar: 1}
+
+
+def _schema(node: torch.fx.Node):
+    return getattr(node.target, "_schema", None) \
+        if node.op == "call_function" else None
+
+
+def _view_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose memory ``node`` views (itself if it is no view)."""
+    while True:
+        schema = _schema(node)
+        if schema is None or not schema.returns or \
+                schema.returns[0].alias_info is None or \
+                schema.returns[0].alias_info.is_write or not node.args or \
+                not isinstance(node.args[0], torch.fx.Node):
+            return node
+        node = node.args[0]
+
+
+def _written_roots(graph: torch.fx.Graph) -> set:
+    """Roots of every value an op of ``graph`` writes in place."""
+    roots = set()
+    for node in graph.nodes:
+        schema = _schema(node)
+        if schema is None:
+            continue
+        for arg, value in zip(schema.arguments, node.args):
+            if arg.alias_info is not None and arg.alias_info.is_write and \
+                    isinstance(value, torch.fx.Node):
+                roots.add(_view_root(value))
+    return roots
+
+
+def _identity_input(node: torch.fx.Node, written: set
+                    ) -> Optional[torch.fx.Node]:
+    """``x`` when ``node`` computes ``x`` unchanged and may be dropped."""
+    if node.op != "call_function" or node.target not in _NEUTRAL or \
+            len(node.args) != 2 or node.kwargs:
+        return None
+    x, other = node.args
+    if not isinstance(x, torch.fx.Node) or isinstance(other, bool) or \
+            not isinstance(other, (int, float)) or \
+            other != _NEUTRAL[node.target]:
+        return None
+    out, val = node.meta.get("val"), x.meta.get("val")
+    if not isinstance(out, torch.Tensor) or \
+            not isinstance(val, torch.Tensor) or out.dtype != val.dtype or \
+            out.shape != val.shape:
+        return None
+    root = _view_root(x)
+    # After the swap, writes to x or to the node's value reach both.
+    if root.op == "placeholder" or root in written or node in written or \
+            any(user.op == "output" for user in node.users):
+        return None
+    return x
+
+
+def _drop_identities(graph: torch.fx.Graph) -> None:
+    written = _written_roots(graph)
+    for node in list(graph.nodes):
+        x = _identity_input(node, written)
+        if x is not None:
+            node.replace_all_uses_with(x)
+            graph.erase_node(node)
+
+
 def lower_marker_ops(graph_module: torch.fx.GraphModule
                      ) -> torch.fx.GraphModule:
-    """A copy of ``graph_module`` with the marker ops replaced (the
-    original, and its graph, are not modified); ``graph_module`` itself
-    when it has none."""
-    if all(_lowered_target(n) is None for n in graph_module.graph.nodes):
+    """A copy of ``graph_module`` with the marker ops replaced and the
+    arithmetic identities dropped (the original, and its graph, are not
+    modified); ``graph_module`` itself when there is nothing to change."""
+    if all(_lowered_target(n) is None and _identity_input(n, set()) is None
+           for n in graph_module.graph.nodes):
         return graph_module
     graph = torch.fx.Graph()
     graph.set_codegen(graph_module.graph._codegen)
@@ -60,4 +139,5 @@ def lower_marker_ops(graph_module: torch.fx.GraphModule
             node.target = target
             node.args = (node.args[0],)
             node.kwargs = {}
+    _drop_identities(graph)
     return torch.fx.GraphModule(graph_module, graph)

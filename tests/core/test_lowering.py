@@ -76,3 +76,50 @@ def test_training_model_runs_the_lowered_graph():
         program.captured.graph_module)
     assert "poptorch.identity_loss.default" not in _poptorch_targets(
         program.executable.graph_module)
+
+
+class _Identities(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3)
+        self.b = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = sum([self.a(x), self.b(x)])      # 0 + a(x) + b(x)
+        kept_input = x * 1                   # would alias the input
+        buf = torch.zeros(5, 3) + 0          # written in place below
+        buf.add_(h)
+        scaled = h / 1
+        out = (scaled + buf).sum() + kept_input.sum()
+        return out - 0, h * 1                # the second aliases an output
+
+
+def test_arithmetic_identities_are_dropped_only_where_safe():
+    torch.manual_seed(0)
+    model = _Identities()
+    x = torch.randn(5, 4)
+    captured = capture_module(model, (x,), {}, training=False,
+                              device=torch.device("cpu"))
+    lowered = lower_marker_ops(captured.graph_module)
+
+    def identities(graph_module):
+        return [(n.name, str(n.target)) for n in graph_module.graph.nodes
+                if n.op == "call_function" and len(n.args) == 2
+                and not isinstance(n.args[1], torch.fx.Node)]
+
+    assert identities(captured.graph_module) == [
+        ("add", "aten.add.Tensor"), ("mul", "aten.mul.Tensor"),
+        ("add_2", "aten.add.Tensor"), ("div", "aten.div.Tensor"),
+        ("sub", "aten.sub.Tensor"), ("mul_1", "aten.mul.Tensor")]
+    # Dropped: sum()'s 0 + a(x) and h / 1. Kept: x * 1 (the input),
+    # zeros + 0 (written in place), out - 0 and h * 1 (returned).
+    assert identities(lowered) == [
+        ("mul", "aten.mul.Tensor"), ("add_2", "aten.add.Tensor"),
+        ("sub", "aten.sub.Tensor"), ("mul_1", "aten.mul.Tensor")]
+    params = list(model.parameters())
+    for a, b in zip(captured.graph_module(*params, x), lowered(*params, x)):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        expected = model(x)
+    for a, b in zip(lowered(*params, x), expected):
+        torch.testing.assert_close(a, b)
