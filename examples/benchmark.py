@@ -273,7 +273,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a smaller run that finishes in under a minute")
-    parser.add_argument("--epochs", type=int, default=3,
+    parser.add_argument("--epochs", type=int, default=5,
                         help="measured training epochs per setup")
     parser.add_argument("--limit", type=int, default=None,
                         help="use only the first N molecules")
