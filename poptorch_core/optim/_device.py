@@ -129,23 +129,26 @@ class DeviceOptimizer:
 
     def _step_packed(self, grad_divisor: float) -> bool:
         """The whole step on flat buffers, when every group is packed and
-        every parameter has a gradient. Returns False, changing nothing,
-        otherwise (and drops the packing: the per-group path may advance
-        only some step counts)."""
+        every parameter has a gradient; returns False, changing nothing,
+        otherwise. A group that cannot be packed keeps the per-parameter
+        path until the state changes (``update_from_host``,
+        ``write_state``); a step without some gradients drops the packing,
+        as the per-parameter path then advances only some step counts."""
         if self._packed is None:
             kind = self._resolved.kind
             self._packed = [PackedGroup.pack(
                 kind, [self._device_params[pid] for pid in ids],
                 [self._state[pid] for pid in ids], hp)
                 for hp, ids in self._groups]
-        if not all((packed is not None and
-                    all(p.grad is not None for p in packed.params)) or not ids
-                   for packed, (_, ids) in zip(self._packed, self._groups)):
+        groups = [(packed, hp) for packed, (hp, ids)
+                  in zip(self._packed, self._groups) if ids]
+        if any(packed is None for packed, _ in groups):
+            return False
+        if not all(p.grad is not None for packed, _ in groups
+                   for p in packed.params):
             self._packed = None
             return False
-        for packed, (hp, ids) in zip(self._packed, self._groups):
-            if not ids:
-                continue
+        for packed, hp in groups:
             self._reduce(packed.gather_grads(), grad_divisor)
             packed.update(hp)
         return True

@@ -45,7 +45,7 @@ def test_packed_step_is_bit_identical_to_the_per_parameter_path(
     _unpacked(monkeypatch)
     plain_model, plain_opt = _on_device(host, factory(host.parameters()))
     _train_device(plain_model, plain_opt, batches, micro_batches=2)
-    assert plain_opt._packed is None
+    assert not any(plain_opt._packed), "the per-parameter path was not taken"
     _assert_same_params(packed_model, plain_model, rtol=0, atol=0)
     packed_state = packed_opt.read_state()["ipu_state"]
     for key, value in plain_opt.read_state()["ipu_state"].items():
@@ -134,3 +134,24 @@ def test_clipping_uses_the_per_parameter_path_and_still_clips():
         torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.01)
         ref_opt.step()
     _assert_same_params(dev_model, ref)
+
+
+def test_an_unused_parameter_does_not_repack_every_step(monkeypatch):
+    """A parameter that never gets a gradient makes the first step drop the
+    packing; after that its group stays on the per-parameter path instead of
+    being packed again and again."""
+    packs = []
+    original = _device.PackedGroup.pack.__func__
+    monkeypatch.setattr(_device.PackedGroup, "pack", classmethod(
+        lambda cls, *args: packs.append(1) or original(cls, *args)))
+    host, ref = _model(), _model()
+    dev_model, dev_opt = _on_device(host, P.Adam(host.parameters(), lr=0.05))
+    ref_opt = T.Adam(ref.parameters(), lr=0.05, foreach=False)
+    for x, y in _batches():
+        dev_model[0](x).pow(2).mean().backward()
+        dev_opt.step(1)
+        ref_opt.zero_grad()
+        ref[0](x).pow(2).mean().backward()
+        ref_opt.step()
+    _assert_same_params(dev_model, ref)
+    assert len(packs) == 2  # packed once, dropped, found unpackable once
