@@ -23,7 +23,7 @@ from ._args import BoundArgs, InputSignature
 from ._backends import Executable
 from ._device_state import DeviceRng, DeviceState
 from ._host_memory import keep_host_memory
-from ._lowering import lower_marker_ops
+from ._lowering import lower_for_host
 from ._program import Program
 
 __all__: list = []
@@ -120,7 +120,7 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     seed = opts.random_seed if opts.exists("random_seed") else None
     program = Program(
         captured=captured,
-        executable=Executable(lower_marker_ops(graph),
+        executable=Executable(lower_for_host(graph),
                               opts.Simulator.execution_backend),
         state=state, rng=DeviceRng(device, seed), layout=layout,
         signature=InputSignature.of(bound),

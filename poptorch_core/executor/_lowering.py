@@ -24,7 +24,7 @@ written in place, or alias a graph input or output.
 
 Example::
 
-    >>> gm = lower_marker_ops(captured.graph_module)
+    >>> gm = lower_for_host(captured.graph_module)
     >>> any(n.target is torch.ops.poptorch.identity_loss.default
     ...     for n in gm.graph.nodes)
     False
@@ -122,7 +122,7 @@ def _drop_identities(graph: torch.fx.Graph) -> None:
             graph.erase_node(node)
 
 
-def lower_marker_ops(graph_module: torch.fx.GraphModule
+def lower_for_host(graph_module: torch.fx.GraphModule
                      ) -> torch.fx.GraphModule:
     """A copy of ``graph_module`` with the marker ops replaced and the
     arithmetic identities dropped (the original, and its graph, are not

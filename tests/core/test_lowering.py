@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor._lowering import lower_marker_ops
+from poptorch_core.executor._lowering import lower_for_host
 from poptorch_core.tracing.capture import capture_module
 
 
@@ -33,7 +33,7 @@ def test_values_and_gradients_match_the_captured_graph(reduction):
     x = torch.randn(5, 4)
     captured = capture_module(model, (x,), {}, training=True,
                               device=torch.device("cpu"))
-    lowered = lower_marker_ops(captured.graph_module)
+    lowered = lower_for_host(captured.graph_module)
     assert _poptorch_targets(captured.graph_module) == [
         "poptorch.identity_loss.default", "poptorch.ipu_print_tensor.default",
         "poptorch.nop.default", "poptorch.set_available_memory.default"]
@@ -62,7 +62,7 @@ def test_a_graph_without_markers_is_returned_unchanged():
     model = torch.nn.Linear(3, 2)
     captured = capture_module(model, (torch.randn(2, 3),), {},
                               training=False, device=torch.device("cpu"))
-    assert lower_marker_ops(captured.graph_module) is captured.graph_module
+    assert lower_for_host(captured.graph_module) is captured.graph_module
 
 
 def test_training_model_runs_the_lowered_graph():
@@ -100,7 +100,7 @@ def test_arithmetic_identities_are_dropped_only_where_safe():
     x = torch.randn(5, 4)
     captured = capture_module(model, (x,), {}, training=False,
                               device=torch.device("cpu"))
-    lowered = lower_marker_ops(captured.graph_module)
+    lowered = lower_for_host(captured.graph_module)
 
     def identities(graph_module):
         return [(n.name, str(n.target)) for n in graph_module.graph.nodes
