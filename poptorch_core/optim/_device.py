@@ -128,24 +128,28 @@ class DeviceOptimizer:
             param.grad = None
 
     def _step_packed(self, grad_divisor: float) -> bool:
-        """The whole step on flat buffers, when every group is packed and
-        every parameter has a gradient; returns False, changing nothing,
-        otherwise. A group that cannot be packed keeps the per-parameter
-        path until the state changes (``update_from_host``,
-        ``write_state``); a step without some gradients drops the packing,
-        as the per-parameter path then advances only some step counts."""
+        """The whole step on flat buffers, when every group with gradients
+        is packed and exactly its trainable parameters have them; returns
+        False, changing nothing, otherwise. A group that cannot be packed
+        keeps the per-parameter path until the state changes
+        (``update_from_host``, ``write_state``); a step with other
+        gradients drops the packing, as the per-parameter path then
+        advances only some step counts."""
         if self._packed is None:
             kind = self._resolved.kind
             self._packed = [PackedGroup.pack(
                 kind, [self._device_params[pid] for pid in ids],
                 [self._state[pid] for pid in ids], hp)
                 for hp, ids in self._groups]
-        groups = [(packed, hp) for packed, (hp, ids)
-                  in zip(self._packed, self._groups) if ids]
-        if any(packed is None for packed, _ in groups):
-            return False
-        if not all(p.grad is not None for packed, _ in groups
-                   for p in packed.params):
+        groups = []
+        for packed, (hp, ids) in zip(self._packed, self._groups):
+            if packed is not None:
+                groups.append((packed, hp))
+            elif any(self._device_params[pid].grad is not None
+                     for pid in ids):
+                return False
+            # else: nothing to update in this group (frozen or empty).
+        if not all(packed.has_exactly_its_grads() for packed, _ in groups):
             self._packed = None
             return False
         for packed, hp in groups:

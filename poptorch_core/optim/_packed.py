@@ -72,12 +72,18 @@ def _flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]
 
 
 class PackedGroup:
-    """Flat weights, gradients, moments and step counts of one group."""
+    """Flat weights, gradients, moments and step counts of one group.
+
+    Only the parameters that require gradients when the group is packed
+    take part (``params``); ``frozen`` ones keep their own memory and are
+    never updated, as torch's optimizers skip parameters without a
+    gradient."""
 
     def __init__(self, kind: _OptimizerType, params: List[torch.Tensor],
-                 states: List[State]):
+                 states: List[State], frozen: List[torch.Tensor]):
         self.kind = kind
         self.params = params
+        self.frozen = frozen
         with torch.no_grad():
             self.param = torch.cat([p.detach().reshape(-1) for p in params])
             storage = self.param.untyped_storage()
@@ -102,16 +108,27 @@ class PackedGroup:
     def pack(cls, kind: _OptimizerType, params: List[torch.Tensor],
              states: List[State], hp: HyperParams
              ) -> Optional["PackedGroup"]:
-        """Packs the group, or returns None (changing nothing) when it needs
-        the per-parameter path: not Adam-family, ``maximize``, tensors that
-        are not contiguous float32 on one device, or unequal step counts."""
-        if not _packable(kind, params, states, hp):
+        """Packs the group's trainable parameters, or returns None
+        (changing nothing) when it needs the per-parameter path: not
+        Adam-family, ``maximize``, no trainable parameter, tensors that are
+        not contiguous float32 on one device, or unequal step counts."""
+        trainable = [i for i, p in enumerate(params) if p.requires_grad]
+        if not _packable(kind, [params[i] for i in trainable],
+                         [states[i] for i in trainable], hp):
             return None
-        return cls(kind, params, states)
+        return cls(kind, [params[i] for i in trainable],
+                   [states[i] for i in trainable],
+                   [p for p in params if not p.requires_grad])
+
+    def has_exactly_its_grads(self) -> bool:
+        """Whether this step's gradients are those of the packed
+        parameters, no more and no fewer."""
+        return all(p.grad is not None for p in self.params) and \
+            all(p.grad is None for p in self.frozen)
 
     def gather_grads(self) -> torch.Tensor:
         """Copies the parameters' ``.grad`` into the flat gradient buffer
-        (every parameter must have one) and returns the buffer."""
+        (every packed parameter must have one) and returns the buffer."""
         torch.cat([p.grad.reshape(-1) for p in self.params], out=self.grad)
         return self.grad
 

@@ -155,3 +155,54 @@ def test_an_unused_parameter_does_not_repack_every_step(monkeypatch):
         ref_opt.step()
     _assert_same_params(dev_model, ref)
     assert len(packs) == 2  # packed once, dropped, found unpackable once
+
+
+def _frozen_run(unfreeze_at=None, two_groups=False):
+    """Trains with the first layer frozen (unfrozen before step
+    ``unfreeze_at``) on the device and with torch's Adam."""
+    host, ref = _model(), _model()
+    for model in (host, ref):
+        model[0].requires_grad_(False)
+
+    def groups(model):
+        if not two_groups:
+            return model.parameters()
+        return [{"params": model[0].parameters()},
+                {"params": model[2].parameters()}]
+
+    dev_model, dev_opt = _on_device(host, P.Adam(groups(host), lr=0.05))
+    ref_opt = T.Adam(groups(ref), lr=0.05, foreach=False)
+    frozen = dev_model[0].weight.detach().clone()
+    for i, (x, y) in enumerate(_batches(n=6)):
+        if i == unfreeze_at:
+            dev_model[0].requires_grad_(True)
+            ref[0].requires_grad_(True)
+        _loss(dev_model, x, y).backward()
+        dev_opt.step(1)
+        ref_opt.zero_grad()
+        _loss(ref, x, y).backward()
+        ref_opt.step()
+    _assert_same_params(dev_model, ref)
+    return dev_model, dev_opt, frozen
+
+
+@pytest.mark.parametrize("two_groups", [False, True])
+def test_frozen_parameters_stay_on_the_fast_path(monkeypatch, two_groups):
+    packs = []
+    original = _device.PackedGroup.pack.__func__
+    monkeypatch.setattr(_device.PackedGroup, "pack", classmethod(
+        lambda cls, *args: packs.append(1) or original(cls, *args)))
+    dev_model, dev_opt, frozen = _frozen_run(two_groups=two_groups)
+    assert torch.equal(dev_model[0].weight, frozen)
+    # Built once, never dropped: one pack per group.
+    assert len(packs) == (2 if two_groups else 1)
+    trained = [p for p in dev_opt._packed if p is not None]
+    assert len(trained) == 1 and len(trained[0].params) == 2
+
+
+def test_unfreezing_falls_back_and_still_matches_torch():
+    dev_model, dev_opt, frozen = _frozen_run(unfreeze_at=3)
+    assert not torch.equal(dev_model[0].weight, frozen)
+    steps = dev_opt.read_state()["ipu_state"]
+    assert steps["Step___0.weight"].item() == 3
+    assert steps["Step___2.weight"].item() == 6
