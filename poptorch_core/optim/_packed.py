@@ -7,7 +7,8 @@ over the whole group rather than a handful per parameter; for a small GNN
 that is the difference between about 1 ms and 0.1 ms per step.
 
 Invariant: while a :class:`PackedGroup` is alive, every parameter of the
-group and each of its ``exp_avg``/``exp_avg_sq``/``step`` state tensors is a
+group that required gradients when it was packed, and each of its
+``exp_avg``/``exp_avg_sq``/``step`` state tensors, is a
 view into the group's flat buffers. Parameters are re-pointed with
 ``Tensor.set_`` so the executor, the traced graph and the weight sync keep
 holding the same tensor objects. Whoever replaces a state tensor instead of
