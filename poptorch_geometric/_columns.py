@@ -42,10 +42,15 @@ class Columns:
     @staticmethod
     def of(data_list: List[BaseData]) -> Optional["Columns"]:
         """Columns of ``data_list``, or None unless every graph is a plain
-        ``Data`` (subclasses may batch differently)."""
-        if set(map(type, data_list)) == {Data}:
-            return Columns(data_list)
-        return None
+        ``Data`` (subclasses may batch differently). A list that knows its
+        dataset storage (``storage`` and ``positions`` attributes, see
+        ``_graph_cache.GraphList``) reads from that storage where it can."""
+        if set(map(type, data_list)) != {Data}:
+            return None
+        storage = getattr(data_list, "storage", None)
+        if storage is not None:
+            return StorageColumns(data_list, storage, data_list.positions)
+        return Columns(data_list)
 
     def column(self, key: str) -> List[Any]:
         """Every graph's value of ``key`` (``KeyError`` if one lacks it)."""
@@ -64,6 +69,18 @@ class Columns:
             sizes = [v.shape[dim] for v in column]
             self._sizes[(key, dim)] = sizes
         return sizes
+
+    def leading_sizes(self, key: str) -> Optional[List[int]]:
+        """Every graph's ``shape[0]`` of tensor ``key``, or None when one
+        of them is 0-dim."""
+        if any(v.dim() == 0 for v in self.column(key)):
+            return None
+        return self.sizes(key, 0)
+
+    def concat(self, key: str, dim: int, out: Tensor) -> None:
+        """Writes the graphs' tensors ``key`` concatenated along ``dim``
+        into ``out`` (plain tensors only)."""
+        torch.cat(self.column(key), dim=dim, out=out)
 
     def node_counts(self) -> Optional[List[int]]:
         """Every graph's ``num_nodes`` as PyG infers it, or None when that
@@ -119,6 +136,64 @@ class Columns:
                      and not any(map(_REQUIRES_GRAD, column)))
             self._plain[key] = plain
         return plain
+
+
+class StorageColumns(Columns):
+    """:class:`Columns` of graphs that are slices of one dataset storage
+    (``_storage.GraphStorage``): the sizes and the concatenation of the keys
+    the storage serves come from it in a few vectorised ops; other keys are
+    read from the graphs."""
+
+    def __init__(self, data_list: List[Data], storage: Any,
+                 positions: Any) -> None:
+        super().__init__(data_list)
+        self.storage = storage
+        self.positions = positions
+        self._size_arrays: Dict[str, Any] = {}
+        self._size_lists: Dict[str, List[int]] = {}
+        self._indices: Dict[str, Tensor] = {}
+
+    def _sizes_of(self, key: str) -> Any:
+        group = self.storage.group(key)
+        sizes = self._size_arrays.get(group)
+        if sizes is None:
+            sizes = self.storage.sizes(key, self.positions)
+            self._size_arrays[group] = sizes
+        return sizes
+
+    def sizes(self, key: str, dim: int) -> List[int]:
+        if not self.storage.serves(key, dim):
+            return super().sizes(key, dim)
+        # One list per group of keys with equal slices: the collater builds
+        # one size tensor per distinct list.
+        group = self.storage.group(key)
+        sizes = self._size_lists.get(group)
+        if sizes is None:
+            sizes = self._sizes_of(key).tolist()
+            self._size_lists[group] = sizes
+        return sizes
+
+    def leading_sizes(self, key: str) -> Optional[List[int]]:
+        # A storage slice has the storage's dims, at least one.
+        if self.storage.serves(key, 0):
+            return self.sizes(key, 0)
+        return super().leading_sizes(key)
+
+    def plain_tensors(self, key: str) -> bool:
+        # One storage tensor: one dtype, dense, on the CPU, no gradients.
+        return self.storage.serves(key) or super().plain_tensors(key)
+
+    def concat(self, key: str, dim: int, out: Tensor) -> None:
+        if not self.storage.serves(key, dim):
+            super().concat(key, dim, out)
+            return
+        group = self.storage.group(key)
+        index = self._indices.get(group)
+        if index is None:
+            index = self.storage.gather_index(key, self.positions,
+                                              self._sizes_of(key))
+            self._indices[group] = index
+        self.storage.gather(key, index, out=out)
 
 
 def cat_dim(key: str) -> int:

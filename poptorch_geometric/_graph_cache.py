@@ -7,19 +7,53 @@ only read the graphs they get, so they keep the first object of each index
 and hand the same one out in later epochs. Datasets with a ``transform``
 are not cached: a transform may return something different every time.
 
+A batch of indices is fetched at once (``__getitems__``, which PyTorch's
+``DataLoader`` calls with each batch): the result is the list of graphs,
+tagged with the dataset's :class:`~._storage.GraphStorage` and the graphs'
+rows in it, so that the fixed-size collater can read whole columns from the
+storage instead of graph by graph.
+
 Example::
 
-    >>> from poptorch_geometric.datasets import SyntheticMolecules
-    >>> ds = cached_graphs(SyntheticMolecules(8))
+    >>> from torch_geometric.datasets import FakeDataset
+    >>> ds = cached_graphs(FakeDataset(num_graphs=8))
     >>> ds[3] is ds[3], len(ds), ds.dataset.__class__.__name__
-    (True, 8, 'SyntheticMolecules')
+    (True, 8, 'FakeDataset')
+    >>> batch = ds.__getitems__([5, 2])
+    >>> batch[0] is ds[5], batch.positions.tolist()
+    (True, [5, 2])
 """
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
+import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import InMemoryDataset
 
+from ._storage import GraphStorage
+
 __all__: List[str] = []
+
+
+class GraphList(list):
+    """A list of graphs that knows where they sit in a dataset's storage.
+
+    ``storage`` and ``positions`` (the storage rows of the graphs, in list
+    order) let a collater read columns in bulk; any other code sees a plain
+    list. A contiguous slice keeps the tags; anything else makes a plain
+    list.
+    """
+
+    def __init__(self, graphs: Sequence[Any], storage: GraphStorage,
+                 positions: torch.Tensor) -> None:
+        super().__init__(graphs)
+        self.storage = storage
+        self.positions = positions
+
+    def __getitem__(self, item):
+        if isinstance(item, slice) and item.step in (None, 1):
+            return GraphList(super().__getitem__(item), self.storage,
+                             self.positions[item])
+        return super().__getitem__(item)
 
 
 class CachedGraphs(Dataset):
@@ -29,6 +63,7 @@ class CachedGraphs(Dataset):
     def __init__(self, dataset: InMemoryDataset):
         self.dataset = dataset
         self._graphs: List[Optional[Any]] = [None] * len(dataset)
+        self._storage = GraphStorage.of(dataset)
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -38,6 +73,13 @@ class CachedGraphs(Dataset):
         if graph is None:
             graph = self._graphs[idx] = self.dataset[idx]
         return graph
+
+    def __getitems__(self, indices: List[int]) -> List[Any]:
+        graphs = [self[i] for i in indices]
+        if self._storage is None:
+            return graphs
+        return GraphList(graphs, self._storage,
+                         self._storage.positions(indices))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this wrapper lacks; "dataset" itself may be

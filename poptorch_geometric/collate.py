@@ -210,12 +210,15 @@ class FixedSizeCollater(Collater):
         cannot tell (every graph has one node) keeps the earlier answer."""
         if "y" not in data_list[0]:
             return
-        ys = columns.column("y") if columns is not None \
-            else [d.y for d in data_list]
-        if any(y.dim() == 0 for y in ys):
+        if columns is not None:
+            rows = columns.leading_sizes("y")
+        else:
+            ys = [d.y for d in data_list]
+            rows = None if any(y.dim() == 0 for y in ys) \
+                else [y.shape[0] for y in ys]
+        if rows is None:  # a 0-dim label is one per graph
             self.labels_type = self.LabelsType.GRAPH_LVL
             return
-        rows = [y.shape[0] for y in ys]
         per_node = rows == node_counts
         per_graph = all(r == 1 for r in rows)
         if per_node != per_graph:

@@ -113,7 +113,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         dataset: the dataset the batches come from; an ``InMemoryDataset``
             without a transform is wrapped in a cache that builds each graph
             object once (``loader.dataset.dataset`` is yours then; other
-            attributes read through).
+            attributes read through), and its tensor attributes are
+            gathered straight from the dataset's storage, one
+            ``index_select`` per attribute and batch, with the same values
+            as ``dataset[i]`` gives.
     """
 
     def __init__(self,

@@ -1,0 +1,154 @@
+"""Batch-wise reads of an ``InMemoryDataset``'s collated storage.
+
+An ``InMemoryDataset`` keeps all its graphs in one ``Data`` object (its
+*storage*) plus ``slices``: graph ``i``'s value of ``key`` is
+``storage[key].narrow(cat_dim, slices[key][i], size)``. That is exactly
+what ``InMemoryDataset.get`` hands out. So a batch's concatenation of
+``key`` is one ``index_select`` of the storage tensor, and every graph's
+size along ``cat_dim`` is one lookup in ``slices[key].diff()``: no Python
+work per graph and no ``torch.cat`` over hundreds of small views.
+
+Only keys that are read exactly that way are served: dense, strided CPU
+tensors without gradients, with an integer ``__cat_dim__`` and a 1-D
+``slices`` entry. Everything else (strings, 0-dim values, nested
+attributes, ``Index`` tensors, ...) is read from the graph objects as
+usual. Datasets that override ``get`` or ``__getitem__`` are not served at
+all: their graphs need not be storage slices.
+
+Example::
+
+    >>> import torch
+    >>> from torch_geometric.datasets import FakeDataset
+    >>> ds = FakeDataset(num_graphs=8)
+    >>> storage = GraphStorage.of(ds)
+    >>> rows = storage.positions([5, 2])
+    >>> index = storage.gather_index("x", rows, storage.sizes("x", rows))
+    >>> torch.equal(storage.gather("x", index), torch.cat([ds[5].x, ds[2].x]))
+    True
+"""
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, Dataset, InMemoryDataset
+
+__all__: List[str] = []
+
+
+def _reads_storage_slices(dataset: Any) -> bool:
+    """True when ``dataset[i]`` is ``separate(storage, slices, i)``: PyG's
+    own ``get``/``__getitem__``, no transform, a plain ``Data`` storage."""
+    cls = type(dataset)
+    return (isinstance(dataset, InMemoryDataset)
+            and cls.get is InMemoryDataset.get
+            and cls.__getitem__ is Dataset.__getitem__
+            and cls.indices is Dataset.indices
+            and dataset.transform is None
+            and getattr(dataset, "slices", None) is not None
+            and type(getattr(dataset, "_data", None)) is Data)
+
+
+class GraphStorage:
+    """The storage of an ``InMemoryDataset`` for the keys it can serve.
+
+    Build it with :meth:`of`, which returns None for datasets whose graphs
+    are not plain storage slices. Row bookkeeping is in NumPy: a batch needs
+    a handful of operations on arrays of about a hundred entries, where
+    NumPy's per-call cost is a fraction of PyTorch's.
+    """
+
+    def __init__(self, dataset: InMemoryDataset) -> None:
+        data, slices = dataset._data, dataset.slices
+        store = data._store
+        #: Position in the storage of each dataset index (a subset made by
+        #: ``dataset[a:b]`` or ``index_select`` keeps the full storage).
+        self._rows = np.asarray(dataset.indices(), dtype=np.int64)
+        self._values: Dict[str, Tensor] = {}
+        self._cat_dims: Dict[str, int] = {}
+        #: Keys with equal slices share one entry (e.g. ``edge_index`` and
+        #: ``edge_attr``), and so one gather index per batch.
+        self._group: Dict[str, str] = {}
+        self._starts: Dict[str, np.ndarray] = {}
+        self._counts: Dict[str, np.ndarray] = {}
+        num_stored = None
+        for key, value in store.items():
+            ptr = slices.get(key)
+            if not (type(value) is Tensor and type(ptr) is Tensor
+                    and value.layout == torch.strided
+                    and value.device.type == "cpu" and value.dim() > 0
+                    and not value.requires_grad and not value.is_nested
+                    and ptr.dim() == 1 and not ptr.is_floating_point()):
+                continue
+            cat_dim = data.__cat_dim__(key, value, store)
+            if not isinstance(cat_dim, int):
+                continue
+            num_stored = num_stored or len(ptr) - 1
+            if len(ptr) - 1 != num_stored:
+                continue
+            self._values[key] = value
+            self._cat_dims[key] = cat_dim % value.dim()
+            ptr = ptr.numpy().astype(np.int64)
+            self._group[key] = next(
+                (k for k, starts in self._starts.items()
+                 if np.array_equal(starts, ptr[:-1]) and
+                 np.array_equal(self._counts[k], np.diff(ptr))), key)
+            if self._group[key] == key:
+                self._starts[key] = ptr[:-1]
+                self._counts[key] = np.diff(ptr)
+
+    @staticmethod
+    def of(dataset: Any) -> Optional["GraphStorage"]:
+        """The storage of ``dataset``, or None when its graphs are not
+        plain slices of one (see the module docstring)."""
+        if not _reads_storage_slices(dataset):
+            return None
+        storage = GraphStorage(dataset)
+        return storage if storage._values else None
+
+    def positions(self, indices: Sequence[int]) -> np.ndarray:
+        """Storage rows of the dataset indices ``indices``."""
+        return self._rows[np.asarray(indices, dtype=np.int64)]
+
+    def serves(self, key: str, dim: Optional[int] = None) -> bool:
+        """True when ``key`` (concatenated along ``dim``, default: its own
+        dim) is read from the storage."""
+        cat_dim = self._cat_dims.get(key)
+        if cat_dim is None:
+            return False
+        return dim is None or dim % self._values[key].dim() == cat_dim
+
+    def cat_dim(self, key: str) -> int:
+        """The (non-negative) concatenation dim of a served ``key``."""
+        return self._cat_dims[key]
+
+    def group(self, key: str) -> str:
+        """The served key whose slices ``key`` shares (maybe itself)."""
+        return self._group[key]
+
+    def sizes(self, key: str, positions: np.ndarray) -> np.ndarray:
+        """Each graph's size of served ``key`` along its cat dim."""
+        return self._counts[self._group[key]][positions]
+
+    def gather_index(self, key: str, positions: np.ndarray,
+                     sizes: np.ndarray) -> Tensor:
+        """Where the concatenation of served ``key`` over ``positions``
+        sits in the storage, along the cat dim (``sizes`` are
+        :meth:`sizes` of the same positions)."""
+        # Element j of graph g sits at starts[g] + j in the storage and at
+        # ends_before[g] + j in the batch.
+        shift = self._starts[self._group[key]][positions] - \
+            (np.cumsum(sizes) - sizes)
+        return torch.from_numpy(np.repeat(shift, sizes) +
+                                np.arange(int(sizes.sum())))
+
+    def gather(self, key: str, index: Tensor,
+               out: Optional[Tensor] = None) -> Tensor:
+        """The rows ``index`` (from :meth:`gather_index`) of served ``key``
+        along its cat dim (written to ``out`` when given)."""
+        value, dim = self._values[key], self._cat_dims[key]
+        if out is None:
+            return value.index_select(dim, index)
+        if out.is_contiguous():
+            return torch.index_select(value, dim, index, out=out)
+        return out.copy_(value.index_select(dim, index))
