@@ -66,7 +66,10 @@ class PyGArgsParser(poptorch.ICustomArgParser):
             kwargs = {key: next(tensor_iterator)
                       for key in self._sortedTensorKeys(original_structure)}
             if type(original_structure) is DataBatch:
-                batch = Batch(**kwargs, _base_cls=Data)
+                # What ``Batch(**kwargs, _base_cls=Data)`` builds, without
+                # its metaclass, which defines a class and inspects a
+                # signature on every call.
+                batch = type.__call__(DataBatch, **kwargs)
                 _setup_num_fields(batch, original_structure)
                 return batch
             return Data(**kwargs)
