@@ -60,6 +60,11 @@ class Columns:
             self._columns[key] = column
         return column
 
+    def first(self, key: str) -> Any:
+        """The first graph's value of ``key`` (``KeyError`` if any graph
+        lacks it)."""
+        return self.column(key)[0]
+
     def sizes(self, key: str, dim: int) -> List[int]:
         """Every graph's size of tensor ``key`` along ``dim``."""
         column = self.column(key)
@@ -108,7 +113,7 @@ class Columns:
             return counts if all(type(c) is int for c in counts) else None
         candidates = [k for k in keys if k in known_keys]
         if not candidates or not all(
-                self.plain_tensors(k) and self.column(k)[0].dim() > 0
+                self.plain_tensors(k) and self.first(k).dim() > 0
                 for k in candidates):
             return None
         try:
@@ -172,6 +177,12 @@ class StorageColumns(Columns):
             sizes = self._sizes_of(key).tolist()
             self._size_lists[group] = sizes
         return sizes
+
+    def first(self, key: str) -> Any:
+        # Every graph of a storage has every key of the storage.
+        if self.storage.serves(key):
+            return self.mappings[0][key]
+        return super().first(key)
 
     def leading_sizes(self, key: str) -> Optional[List[int]]:
         # A storage slice has the storage's dims, at least one.

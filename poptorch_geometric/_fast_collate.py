@@ -53,15 +53,15 @@ def _gather(columns: Columns, keys: List[str]) -> bool:
         if "batch" in key:
             return False
         try:
-            column = columns.column(key)
+            first = columns.first(key)
         except KeyError:
             return False  # PyG raises its own error on the reference path
-        if isinstance(column[0], Tensor):
+        if isinstance(first, Tensor):
             # Gradients would make ``torch.cat(out=...)`` raise; mixed
             # dtypes would promote unlike PyG's per-graph additions.
             if not columns.plain_tensors(key):
                 return False
-        elif not _values_ok(column):
+        elif not _values_ok(columns.column(key)):
             return False
     return True
 
@@ -116,9 +116,9 @@ class _SizeTensors:
 
 def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
                     offsets: _Offsets, size_tensors: _SizeTensors):
-    column = columns.column(spec.key)
-    v0 = column[0]
+    v0 = columns.first(spec.key)
     if spec.cat_dim is None:  # 0-dim: one entry per graph, as PyG unsqueezes
+        column = columns.column(spec.key)
         dim, real_sizes, shape = 0, [1] * len(column), [1]
     else:
         dim = spec.cat_dim % v0.dim()
@@ -188,16 +188,15 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
     slice_dict: Dict[str, Any] = {}
     inc_dict: Dict[str, Any] = {}
     for key in keys:
-        column = columns.column(key)
         if key == "num_nodes":
-            values = column + shares
+            values = columns.column(key) + shares
             out_store._num_nodes = values
             out_store.num_nodes = sum(values)
             continue
         spec = specs[key]
         if spec.level is Level.OTHER:
-            value, slices, incs = _collate_values(spec, column,
-                                                  plan.num_pad_graphs, offsets)
+            value, slices, incs = _collate_values(
+                spec, columns.column(key), plan.num_pad_graphs, offsets)
         else:
             value, slices, incs = _collate_tensor(
                 spec, columns, share_sizes(plan, None, spec), offsets,

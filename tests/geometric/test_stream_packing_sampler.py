@@ -48,6 +48,11 @@ def test_every_sample_once_and_every_batch_fits(sizes, max_graphs, node_room,
     sampler = StreamPackingSampler(ds, max_graphs, max_nodes, max_edges,
                                    base_sampler=base, allow_skip_data=True)
     batches = [b for b in sampler]
+    # The vectorised packer decides exactly as the sample-by-sample one
+    # (which datasets with a transform use).
+    skipped = []
+    assert list(sampler._pack_one_by_one(skipped)) == batches
+    assert skipped == sampler.skipped_indices
     order = [i for b in batches for i in b]
     # Every sample exactly once: packed, or skipped and counted.
     assert sorted(order + sampler.skipped_indices) == list(range(len(ds)))
