@@ -44,6 +44,7 @@ def test_ratios_are_finite_and_complete(record):
     _, data = record
     ratios = data["ratios"]
     for key in ("collation_fast_path_over_pyg",
+                "collation_from_storage_over_pyg",
                 "training_interpret_sync_over_pyg_eager",
                 "training_interpret_async_over_pyg_eager",
                 "training_best_over_pyg_eager",
