@@ -44,12 +44,17 @@ def check_fits_int32(tensor: torch.Tensor, what: str) -> None:
 
 
 def to_ipu(tensor: torch.Tensor, what: str,
-           device: Optional[torch.device] = None) -> torch.Tensor:
+           device: Optional[torch.device] = None,
+           keep_int64: bool = False) -> torch.Tensor:
     """``tensor`` with its IPU dtype on ``device`` (no copy when nothing
-    changes). ``what`` names the tensor in errors."""
+    changes). ``what`` names the tensor in errors. ``keep_int64`` checks an
+    int64 tensor against the int32 range but leaves it int64, for graphs
+    that would only widen it back (``executor._wide_inputs``)."""
     dtype = ipu_dtype(tensor.dtype)
     if tensor.dtype == torch.int64:
         check_fits_int32(tensor, what)
+        if keep_int64:
+            dtype = torch.int64
     if dtype == tensor.dtype and (device is None or tensor.device == device):
         return tensor
     return tensor.to(device=device, dtype=dtype)

@@ -25,6 +25,7 @@ from ._device_state import DeviceRng, DeviceState
 from ._host_memory import keep_host_memory
 from ._lowering import lower_for_host
 from ._program import Program
+from ._wide_inputs import only_widened_inputs
 
 __all__: list = []
 
@@ -70,6 +71,17 @@ def _may_alias(node: Any) -> bool:
     schema = getattr(node.target, "_schema", None)
     return schema is not None and any(r.alias_info is not None
                                       for r in schema.returns)
+
+
+def _wide_int64_inputs(graph_module: torch.fx.GraphModule,
+                       bound: BoundArgs, num_inputs: int) -> frozenset:
+    """The int64 inputs of this call that the graph only widens back."""
+    flat = flattenTensors(bound.as_structure())
+    if len(flat) != num_inputs:
+        return frozenset()
+    return frozenset(
+        i for i in only_widened_inputs(graph_module.graph, num_inputs)
+        if flat[i].dtype == torch.int64)
 
 
 def build_program(executor: Any, bound: BoundArgs) -> Program:
@@ -118,10 +130,10 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
                                        layout.gradient_accumulation)
     executor._ir._mark_executable_built()
     seed = opts.random_seed if opts.exists("random_seed") else None
+    host_graph = lower_for_host(graph)
     program = Program(
         captured=captured,
-        executable=Executable(lower_for_host(graph),
-                              opts.Simulator.execution_backend),
+        executable=Executable(host_graph, opts.Simulator.execution_backend),
         state=state, rng=DeviceRng(device, seed), layout=layout,
         signature=InputSignature.of(bound),
         output_mode=OutputMode(opts.output_mode),
@@ -132,6 +144,7 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
             [t.detach().cpu().clone()
              for t in flattenTensors(bound.as_structure())])),
         keep_gradients=wants_gradients(opts.anchored_tensors),
+        wide_inputs=_wide_int64_inputs(host_graph, bound, captured.num_inputs),
         uses_rng=any(torch.Tag.nondeterministic_seeded in
                      getattr(node.target, "tags", ())
                      for node in graph.graph.nodes))

@@ -35,6 +35,7 @@ import torch
 import torch.fx
 
 from ..ops._registration import is_identity_op
+from ._aliasing import view_root, written_roots
 
 __all__: list = []
 
@@ -58,37 +59,6 @@ _NEUTRAL = {_aten.add.Tensor: 0, _aten.add.Scalar: 0, _aten.sub.Tensor: 0,
             _aten.div.Tensor: 1, _aten.div.Scalar: 1}
 
 
-def _schema(node: torch.fx.Node):
-    return getattr(node.target, "_schema", None) \
-        if node.op == "call_function" else None
-
-
-def _view_root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node whose memory ``node`` views (itself if it is no view)."""
-    while True:
-        schema = _schema(node)
-        if schema is None or not schema.returns or \
-                schema.returns[0].alias_info is None or \
-                schema.returns[0].alias_info.is_write or not node.args or \
-                not isinstance(node.args[0], torch.fx.Node):
-            return node
-        node = node.args[0]
-
-
-def _written_roots(graph: torch.fx.Graph) -> set:
-    """Roots of every value an op of ``graph`` writes in place."""
-    roots = set()
-    for node in graph.nodes:
-        schema = _schema(node)
-        if schema is None:
-            continue
-        for arg, value in zip(schema.arguments, node.args):
-            if arg.alias_info is not None and arg.alias_info.is_write and \
-                    isinstance(value, torch.fx.Node):
-                roots.add(_view_root(value))
-    return roots
-
-
 def _identity_input(node: torch.fx.Node, written: set
                     ) -> Optional[torch.fx.Node]:
     """``x`` when ``node`` computes ``x`` unchanged and may be dropped."""
@@ -105,7 +75,7 @@ def _identity_input(node: torch.fx.Node, written: set
             not isinstance(val, torch.Tensor) or out.dtype != val.dtype or \
             out.shape != val.shape:
         return None
-    root = _view_root(x)
+    root = view_root(x)
     # After the swap, writes to x or to the node's value reach both.
     if root.op == "placeholder" or root in written or node in written or \
             any(user.op == "output" for user in node.users):
@@ -114,7 +84,7 @@ def _identity_input(node: torch.fx.Node, written: set
 
 
 def _drop_identities(graph: torch.fx.Graph) -> None:
-    written = _written_roots(graph)
+    written = written_roots(graph)
     for node in list(graph.nodes):
         x = _identity_input(node, written)
         if x is not None:

@@ -10,7 +10,7 @@ applies one optimizer step per device iteration.
 """
 import contextlib
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, FrozenSet, List, Sequence
 
 import torch
 
@@ -64,15 +64,21 @@ class Program:
     keep_gradients: bool = False
     last_gradients: Dict[int, torch.Tensor] = dataclasses.field(
         default_factory=dict)
+    #: Inputs given as int64 whose graph placeholder only widens them back
+    #: to int64: they skip the int32 round trip (``_wide_inputs``).
+    wide_inputs: FrozenSet[int] = frozenset()
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
-        """The call's input tensors with IPU dtypes on the host device."""
+        """The call's input tensors with IPU dtypes on the host device
+        (int64 inputs the graph only widens stay int64, range-checked)."""
         out = []
         for i, tensor in enumerate(flat):
             self.layout.check_divisible(tensor)
             out.append(_dtypes.to_ipu(tensor.detach(), f"Input {i}",
-                                      self.state.device).contiguous())
+                                      self.state.device,
+                                      keep_int64=i in self.wide_inputs
+                                      ).contiguous())
         return out
 
     # --- Running ------------------------------------------------------------
