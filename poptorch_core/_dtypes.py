@@ -32,11 +32,11 @@ def check_fits_int32(tensor: torch.Tensor, what: str) -> None:
     """Raises if an int64 ``tensor`` holds a value outside the int32 range."""
     if tensor.numel() == 0:
         return
-    lo, hi = torch.aminmax(tensor)
+    lo, hi = (int(v) for v in torch.aminmax(tensor))
     if lo < _INT32.min or hi > _INT32.max:
         bad = hi if hi > _INT32.max else lo
         raise _cpp_error(
-            f"{what} of dtype torch.int64 holds the value {int(bad)}, which "
+            f"{what} of dtype torch.int64 holds the value {bad}, which "
             f"does not fit torch.int32 (range [{_INT32.min}, {_INT32.max}]). "
             "The IPU has no 64-bit integers and PopTorch demotes int64 to "
             "int32; scale or offset the values so that they fit, or pass "
