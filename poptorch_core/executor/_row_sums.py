@@ -1,0 +1,158 @@
+"""Row scatter-adds as one ATen ``index_add`` in ``compile`` graphs on the CPU.
+
+Message passing sums edge rows into node rows: ``scatter_add`` with an
+index expanded along the feature dims in the forward pass, and in the
+backward pass of every row gather (``index_select``, embeddings) an
+``index_put`` with ``accumulate=True``. Inductor lowers both to generated
+loops of atomic adds, which on the CPU run several times slower than ATen's
+``index_add`` (measured on the NCI GINE model: 15 such adds per step took
+most of the compiled backward pass). This post-grad pass rewrites them into
+:func:`index_add_rows`, an opaque op that inductor calls as it is, while it
+still fuses the element-wise work around it.
+
+Only exact equivalents are rewritten:
+
+* ``index_put(base, [index], values, accumulate=True)`` with a 1-D int64
+  ``index`` and ``values`` of shape ``(len(index), *base.shape[1:])``;
+* ``scatter_add(base, 0, index.expand(src.shape), src)`` with ``index`` of
+  shape ``(len(src), 1)``, int64, and ``src.shape[1:] == base.shape[1:]``.
+
+Negative indices of an ``index_put`` count from the end, as it counts them
+(``scatter_add`` rejects them, and so does ``index_add``).
+
+Example::
+
+    >>> import torch
+    >>> base, src = torch.zeros(3, 2), torch.ones(4, 2)
+    >>> torch.ops.poptorch_sim.index_add_rows(
+    ...     base, torch.tensor([0, 2, 2, -1]), src, True)[:, 0].tolist()
+    [1.0, 0.0, 3.0]
+"""
+import functools
+from typing import List
+
+import torch
+import torch.fx
+from torch import Tensor
+from torch._inductor.custom_graph_pass import (CustomGraphPass,
+                                               get_hash_for_files)
+
+__all__: List[str] = []
+
+_aten = torch.ops.aten
+
+
+@torch.library.custom_op("poptorch_sim::index_add_rows", mutates_args=())
+def index_add_rows(base: Tensor, index: Tensor, src: Tensor,
+                   negative_from_end: bool = False) -> Tensor:
+    """``base`` with ``src[i]`` added to row ``index[i]``; with
+    ``negative_from_end`` negative indices count from the end (out-of-range
+    indices raise either way)."""
+    if negative_from_end:
+        index = torch.where(index < 0, index + base.shape[0], index)
+    return base.index_add(0, index, src)
+
+
+@index_add_rows.register_fake
+def _(base: Tensor, index: Tensor, src: Tensor,
+      negative_from_end: bool = False) -> Tensor:
+    return torch.empty_like(base)
+
+
+def _val(node) -> object:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _is_long_vector(value: object, length: int) -> bool:
+    return isinstance(value, Tensor) and value.dtype == torch.int64 and \
+        value.dim() == 1 and value.shape[0] == length
+
+
+def _index_put_rows(node: torch.fx.Node):
+    """``(base, index, values)`` of a row-accumulating ``index_put``."""
+    if node.target is not _aten.index_put.default or len(node.args) < 4 or \
+            node.args[3] is not True or node.kwargs:
+        return None
+    base, indices, values = node.args[:3]
+    if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        return None
+    base_val, values_val = _val(base), _val(values)
+    if not isinstance(base_val, Tensor) or base_val.dim() < 1 or \
+            not isinstance(values_val, Tensor) or values_val.dim() < 1:
+        return None
+    if not _is_long_vector(_val(indices[0]), values_val.shape[0]) or \
+            values_val.shape[1:] != base_val.shape[1:] or \
+            values_val.dtype != base_val.dtype:
+        return None
+    return base, indices[0], values
+
+
+def _scatter_add_rows(node: torch.fx.Node):
+    """``(base, column, src)`` of a ``scatter_add`` along dim 0 whose index
+    is a ``[len(src), 1]`` column expanded to ``src``'s shape."""
+    if node.target is not _aten.scatter_add.default or node.kwargs or \
+            len(node.args) != 4 or node.args[1] != 0:
+        return None
+    base, _, index, src = node.args
+    if not isinstance(index, torch.fx.Node) or \
+            index.target is not _aten.expand.default:
+        return None
+    column = index.args[0]
+    base_val, src_val, index_val = _val(base), _val(src), _val(index)
+    column_val = _val(column)
+    if not all(isinstance(v, Tensor) for v in
+               (base_val, src_val, index_val, column_val)) or \
+            src_val.dim() < 2 or index_val.shape != src_val.shape or \
+            column_val.dtype != torch.int64 or \
+            tuple(column_val.shape) != (src_val.shape[0],) + \
+            (1,) * (src_val.dim() - 1) or \
+            src_val.shape[1:] != base_val.shape[1:] or \
+            src_val.dtype != base_val.dtype:
+        return None
+    return base, column, src
+
+
+class RowSumsToIndexAdd(CustomGraphPass):
+    """The inductor post-grad pass (see the module docstring).
+    :attr:`rewritten` counts the ops it replaced, over all graphs."""
+
+    def __init__(self) -> None:
+        self.rewritten = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in list(graph.nodes):
+            if node.op != "call_function":
+                continue
+            match = _index_put_rows(node)
+            from_index_put = match is not None
+            if match is None:
+                match = _scatter_add_rows(node)
+                if match is None:
+                    continue
+            base, index, src = match
+            with graph.inserting_before(node):
+                if not from_index_put:  # the [E, 1, ...] column
+                    column = index
+                    index = graph.call_function(_aten.view.default,
+                                                (column, [-1]))
+                    index.meta["val"] = _val(column).view(-1)
+                new = graph.call_function(
+                    torch.ops.poptorch_sim.index_add_rows.default,
+                    (base, index, src, from_index_put))
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            self.rewritten += 1
+        graph.eliminate_dead_code()
+
+    def uuid(self) -> bytes:
+        return _source_hash()
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash() -> bytes:
+    return get_hash_for_files((__file__,))
+
+
+#: The pass the ``compile`` backend gives inductor for CPU graphs.
+ROW_SUMS_PASS = RowSumsToIndexAdd()
