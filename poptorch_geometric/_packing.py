@@ -1,9 +1,10 @@
 """Stream-packing arithmetic on graph sizes alone: how many batches greedy
 packing makes, and the budgets that make it waste the fewest slots.
 
-:func:`count_packed_batches` replays :class:`StreamPackingSampler`'s greedy
-rule with NumPy, one window of at most ``max_graphs`` graphs per batch, so
-budgets can be searched without loading a single graph again.
+:func:`batch_length` is :class:`StreamPackingSampler`'s greedy rule in
+NumPy, one window of at most ``max_graphs`` graphs per batch;
+:func:`count_packed_batches` replays it over a whole order, so budgets can
+be searched without loading a single graph again.
 
 Example (sizes 3, 5, 2, 4, 6, 1, 3 nodes, 3 graphs and 9 nodes per batch)::
 
@@ -20,29 +21,36 @@ import numpy as np
 __all__: list = []
 
 
+def batch_length(nodes: np.ndarray, edges: np.ndarray, node_room: int,
+                 edge_room: int) -> int:
+    """How many of the leading graphs (node and edge counts ``nodes`` and
+    ``edges``, at most ``max_graphs`` of them) the next batch of greedy
+    packing takes: 0 when the first fits no batch.
+
+    ``node_room`` is ``max_nodes - max_graphs`` (likewise for edges). A
+    batch of c graphs keeps the padding-room rule (one node and one edge
+    left for every free graph slot) iff ``sum(nodes - 1) <= node_room`` and
+    ``sum(edges - 1) <= edge_room``, checked after each addition."""
+    fits = ((np.cumsum(nodes - 1) <= node_room) &
+            (np.cumsum(edges - 1) <= edge_room))
+    return len(fits) if fits.all() else int(np.argmin(fits))
+
+
 def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
                          max_graphs: int, max_nodes: int,
                          max_edges: int) -> Optional[int]:
     """Batches :class:`StreamPackingSampler` makes from graphs of these
     sizes in this order, or None when a graph fits no batch."""
-    # A batch of c graphs respects the padding-room rule iff
-    # sum(nodes - 1) <= max_nodes - max_graphs (and likewise for edges) and
-    # c <= max_graphs, checked after each addition: prefix sums of
-    # ``size - 1`` turn the rule into one comparison per graph.
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
     if node_room < 0 or edge_room < 0:
         return None
-    prefix_n = np.concatenate([[0], np.cumsum(nodes - 1)])
-    prefix_e = np.concatenate([[0], np.cumsum(edges - 1)])
-    total, start, batches = len(nodes), 0, 0
-    while start < total:
-        stop = min(start + max_graphs, total)
-        fits = ((prefix_n[start + 1:stop + 1] - prefix_n[start] <= node_room)
-                & (prefix_e[start + 1:stop + 1] - prefix_e[start]
-                   <= edge_room))
-        if not fits[0]:
+    start, batches = 0, 0
+    while start < len(nodes):
+        taken = batch_length(nodes[start:start + max_graphs],
+                             edges[start:start + max_graphs], node_room,
+                             edge_room)
+        if taken == 0:
             return None
-        taken = len(fits) if fits.all() else int(np.argmin(fits))
         start += taken
         batches += 1
     return batches

@@ -17,6 +17,8 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
 from poptorch_core._logging import logger
 
+from ._packing import batch_length
+
 __all__ = ["StreamPackingSampler"]
 
 
@@ -165,18 +167,13 @@ class StreamPackingSampler(Sampler[List[int]]):
         Python step per sample."""
         order = np.fromiter((int(i) for i in self.base_sampler),
                             dtype=np.int64)
-        # Room that must stay free after adding the m-th graph of a batch.
-        graphs_left = self.max_num_graphs - np.arange(
-            1, self.max_num_graphs + 1)
+        node_room = self.max_num_nodes - self.max_num_graphs
+        edge_room = self.max_num_edges - self.max_num_graphs
         start = 0
         while start < len(order):
             window = order[start:start + self.max_num_graphs]
             nodes, edges = self._window_sizes(window)
-            fits = ((self.max_num_nodes - np.cumsum(nodes) >=
-                     graphs_left[:len(window)]) &
-                    (self.max_num_edges - np.cumsum(edges) >=
-                     graphs_left[:len(window)]))
-            count = len(window) if fits.all() else int(np.argmin(fits))
+            count = batch_length(nodes, edges, node_room, edge_room)
             if count == 0:  # does not fit even an empty batch
                 idx = int(window[0])
                 self._reject(idx, int(nodes[0]), int(edges[0]))
