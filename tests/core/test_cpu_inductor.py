@@ -1,6 +1,7 @@
-"""The ``compile`` backend's post-grad pass that turns row scatter-adds
-into ATen ``index_add``: what it rewrites, that rewritten graphs compute
-the same values, and a message-passing model trained with it."""
+"""What the ``compile`` backend changes in inductor on the CPU: the pass
+that turns row scatter-adds into ATen ``index_add`` (what it rewrites, that
+rewritten graphs compute the same values), ``relu``'s backward kept as an
+ATen op, and a message-passing model trained with both."""
 import copy
 
 import pytest
@@ -10,7 +11,8 @@ import torch._inductor.config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor._row_sums import ROW_SUMS_PASS, RowSumsToIndexAdd
+from poptorch_core.executor._cpu_inductor import (
+    ROW_SUMS_PASS, RowSumsToIndexAdd, compile_fx_options)
 
 _ROWS = torch.ops.poptorch_sim.index_add_rows.default
 
@@ -54,6 +56,13 @@ def test_expanded_column_scatter_adds_become_index_add():
         n.target for n in gm.graph.nodes]
     torch.testing.assert_close(gm(base, column, src),
                                _scatter_rows(base, column, src))
+
+
+def test_relu_backward_stays_an_aten_op():
+    decompositions = compile_fx_options()["decompositions"]
+    assert torch.ops.aten.threshold_backward.default not in decompositions
+    # Everything else inductor decomposes is still decomposed.
+    assert torch.ops.aten.gelu_backward.default in decompositions
 
 
 def test_out_of_range_indices_still_raise():
@@ -141,11 +150,20 @@ def _compiled_message_passing_matches_interpret():
         opts.Simulator.backend(backend)
         ipu = poptorch.trainingModel(
             m, opts, torch.optim.Adam(m.parameters(), lr=0.01))
-        results[backend] = (m, torch.stack([ipu(*b)[1] for b in _batches()]))
+        *first, last = _batches()
+        losses = [ipu(*b)[1] for b in first]
+        with torch.profiler.profile() as prof:
+            losses.append(ipu(*last)[1])
         ipu.copyWeightsToHost()
+        results[backend] = (m, torch.stack(losses))
+        if backend == "compile":
+            ops = {event.name for event in prof.events()}
     # Forward: the message scatter-add; backward: the embedding and gather
     # gradients (index_put with accumulate).
     assert ROW_SUMS_PASS.rewritten - before >= 4
+    assert "poptorch_sim::index_add_rows" in ops
+    # relu's backward runs as ATen's kernel: no saved bool mask.
+    assert "aten::threshold_backward" in ops
     torch.testing.assert_close(results["compile"][1],
                                results["interpret"][1], rtol=1e-4, atol=1e-5)
     for p, q in zip(results["compile"][0].parameters(),

@@ -1,16 +1,26 @@
-"""Row scatter-adds as one ATen ``index_add`` in ``compile`` graphs on the CPU.
+"""What the ``compile`` backend changes in inductor for CPU graphs.
 
-Message passing sums edge rows into node rows: ``scatter_add`` with an
-index expanded along the feature dims in the forward pass, and in the
-backward pass of every row gather (``index_select``, embeddings) an
-``index_put`` with ``accumulate=True``. Inductor lowers both to generated
-loops of atomic adds, which on the CPU run several times slower than ATen's
-``index_add`` (measured on the NCI GINE model: 15 such adds per step took
-most of the compiled backward pass). This post-grad pass rewrites them into
-:func:`index_add_rows`, an opaque op that inductor calls as it is, while it
-still fuses the element-wise work around it.
+Two things that inductor's generated CPU code does much slower than ATen,
+measured on the NCI GINE model (a compiled training step went from about
+14 ms to 9 ms, the interpret backend's being 8 to 10 ms):
 
-Only exact equivalents are rewritten:
+* **Row scatter-adds.** Message passing sums edge rows into node rows:
+  ``scatter_add`` with an index expanded along the feature dims in the
+  forward pass, and in the backward pass of every row gather
+  (``index_select``, embeddings) an ``index_put`` with ``accumulate=True``.
+  Inductor lowers both to loops of atomic adds, several times slower than
+  ATen's ``index_add``. A post-grad pass (:class:`RowSumsToIndexAdd`)
+  rewrites them into :func:`index_add_rows`, an opaque op that inductor
+  calls as it is while it still fuses the element-wise work around it.
+* **Saved boolean masks.** Decomposed, ``relu``'s backward is
+  ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
+  ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's
+  vectorised CPU code about 20 times as long as storing a float one (1.4 ms
+  for a ``[4423, 64]`` mask). ``threshold_backward`` is therefore kept as
+  an ATen op (:data:`KEPT_ATEN_OPS`): the forward pass saves ``relu``'s
+  float output and no mask is ever stored.
+
+The row rewrite takes only exact equivalents:
 
 * ``index_put(base, [index], values, accumulate=True)`` with a 1-D int64
   ``index`` and ``values`` of shape ``(len(index), *base.shape[1:])``;
@@ -19,6 +29,9 @@ Only exact equivalents are rewritten:
 
 Negative indices of an ``index_put`` count from the end, as it counts them
 (``scatter_add`` rejects them, and so does ``index_add``).
+
+Both choices live in this file, whose hash is the pass's cache key: a
+change to either compiles afresh instead of reusing inductor's cache.
 
 Example::
 
@@ -29,7 +42,7 @@ Example::
     [1.0, 0.0, 3.0]
 """
 import functools
-from typing import List
+from typing import Any, Dict, List
 
 import torch
 import torch.fx
@@ -48,8 +61,14 @@ def index_add_rows(base: Tensor, index: Tensor, src: Tensor,
     """``base`` with ``src[i]`` added to row ``index[i]``; with
     ``negative_from_end`` negative indices count from the end (out-of-range
     indices raise either way)."""
-    if negative_from_end:
-        index = torch.where(index < 0, index + base.shape[0], index)
+    try:
+        return base.index_add(0, index, src)
+    except RuntimeError:
+        # index_add rejects negative indices (before the result is used):
+        # counting them from the end costs two more ops, paid only here.
+        if not negative_from_end:
+            raise
+    index = torch.where(index < 0, index + base.shape[0], index)
     return base.index_add(0, index, src)
 
 
@@ -154,5 +173,19 @@ def _source_hash() -> bytes:
     return get_hash_for_files((__file__,))
 
 
-#: The pass the ``compile`` backend gives inductor for CPU graphs.
+#: The post-grad pass the ``compile`` backend gives inductor for CPU graphs.
 ROW_SUMS_PASS = RowSumsToIndexAdd()
+
+#: Ops whose inductor decomposition the ``compile`` backend leaves out on
+#: the CPU (see the module docstring).
+KEPT_ATEN_OPS = frozenset({_aten.threshold_backward.default})
+
+
+def compile_fx_options() -> Dict[str, Any]:
+    """Keyword arguments for ``compile_fx`` on CPU graphs: the row-sums
+    pass and the decompositions without :data:`KEPT_ATEN_OPS`."""
+    from torch._inductor.decomposition import select_decomp_table
+    return {"config_patches": {"post_grad_custom_post_pass": ROW_SUMS_PASS},
+            "decompositions": {op: fn for op, fn in
+                               select_decomp_table().items()
+                               if op not in KEPT_ATEN_OPS}}
