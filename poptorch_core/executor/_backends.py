@@ -4,9 +4,9 @@
 code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` runs it
 through ``torch.compile`` with static shapes; because the executor only ever
 feeds it micro-batches of the compile-time shapes, it compiles exactly once.
-On the CPU, inductor gets one extra post-grad pass (``_row_sums``) that
-leaves row scatter-adds (message-passing sums and gather gradients) to
-ATen's ``index_add`` instead of generated atomic loops.
+On the CPU, row scatter-adds (message-passing sums, gather gradients) and
+``relu``'s backward stay ATen ops, which beat inductor's generated CPU code
+for them (``_cpu_inductor``).
 """
 from typing import Callable, List, Sequence
 
@@ -30,13 +30,12 @@ def _counting_inductor(gm: torch.fx.GraphModule, example_inputs):
     global _compilations
     _compilations += 1
     from torch._inductor.compile_fx import compile_fx
-    patches = {}
+    options = {}
     if all(t.device.type == "cpu" for t in example_inputs
            if isinstance(t, torch.Tensor)):
-        # Inductor's CPU atomics lose to ATen's index_add (GPUs keep them).
-        from ._row_sums import ROW_SUMS_PASS
-        patches["post_grad_custom_post_pass"] = ROW_SUMS_PASS
-    return compile_fx(gm, example_inputs, config_patches=patches)
+        from ._cpu_inductor import compile_fx_options
+        options = compile_fx_options()
+    return compile_fx(gm, example_inputs, **options)
 
 
 class Executable:
