@@ -2,23 +2,25 @@
 
 Two things that inductor's generated CPU code does much slower than ATen,
 measured on the NCI GINE model (a compiled training step went from about
-14 ms to 9 ms, the interpret backend's being 8 to 10 ms):
+14 ms to 6.7-7.4 ms, the interpret backend's being 8 to 8.5 ms):
 
 * **Row scatter-adds.** Message passing sums edge rows into node rows:
   ``scatter_add`` with an index expanded along the feature dims in the
   forward pass, and in the backward pass of every row gather
   (``index_select``, embeddings) an ``index_put`` with ``accumulate=True``.
   Inductor lowers both to loops of atomic adds, several times slower than
-  ATen's ``index_add``. A post-grad pass (:class:`RowSumsToIndexAdd`)
+  ATen's ``index_add``. The post-grad pass (:class:`CpuPostGradPass`)
   rewrites them into :func:`index_add_rows`, an opaque op that inductor
   calls as it is while it still fuses the element-wise work around it.
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
   ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's
   vectorised CPU code about 20 times as long as storing a float one (1.4 ms
-  for a ``[4423, 64]`` mask). ``threshold_backward`` is therefore kept as
-  an ATen op (:data:`KEPT_ATEN_OPS`): the forward pass saves ``relu``'s
-  float output and no mask is ever stored.
+  for a ``[4423, 64]`` mask). ``threshold_backward`` is therefore not
+  decomposed (:data:`KEPT_ATEN_OPS`) until the graph is split: the forward
+  pass saves ``relu``'s float output, and the post-grad pass turns the op
+  into ``where(out <= threshold, 0, grad)`` in the backward graph, where
+  inductor computes the mask in registers and never stores it.
 
 The row rewrite takes only exact equivalents:
 
@@ -131,37 +133,64 @@ def _scatter_add_rows(node: torch.fx.Node):
     return base, column, src
 
 
-class RowSumsToIndexAdd(CustomGraphPass):
+def _expand_threshold_backward(graph: torch.fx.Graph,
+                               node: torch.fx.Node) -> bool:
+    """Replaces ``threshold_backward(grad, out, threshold)`` with inductor's
+    own decomposition, ``where(out <= threshold, 0, grad)``."""
+    if node.target is not _aten.threshold_backward.default or node.kwargs:
+        return False
+    grad, out, threshold = node.args
+    with graph.inserting_before(node):
+        mask = graph.call_function(_aten.le.Scalar, (out, threshold))
+        mask.meta["val"] = _aten.le.Scalar(_val(out), threshold)
+        new = graph.call_function(_aten.where.ScalarSelf, (mask, 0.0, grad))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+    return True
+
+
+def _rewrite_row_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """Replaces a row-accumulating ``index_put`` or an expanded-column
+    ``scatter_add`` with :func:`index_add_rows`."""
+    match = _index_put_rows(node)
+    from_index_put = match is not None
+    if match is None:
+        match = _scatter_add_rows(node)
+        if match is None:
+            return False
+    base, index, src = match
+    with graph.inserting_before(node):
+        if not from_index_put:  # the [E, 1, ...] column
+            column = index
+            index = graph.call_function(_aten.view.default, (column, [-1]))
+            index.meta["val"] = _val(column).view(-1)
+        new = graph.call_function(
+            torch.ops.poptorch_sim.index_add_rows.default,
+            (base, index, src, from_index_put))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+    return True
+
+
+class CpuPostGradPass(CustomGraphPass):
     """The inductor post-grad pass (see the module docstring).
-    :attr:`rewritten` counts the ops it replaced, over all graphs."""
+    :attr:`row_sums` and :attr:`relu_masks` count the ops it replaced, over
+    all graphs."""
 
     def __init__(self) -> None:
-        self.rewritten = 0
+        self.row_sums = 0
+        self.relu_masks = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         for node in list(graph.nodes):
             if node.op != "call_function":
                 continue
-            match = _index_put_rows(node)
-            from_index_put = match is not None
-            if match is None:
-                match = _scatter_add_rows(node)
-                if match is None:
-                    continue
-            base, index, src = match
-            with graph.inserting_before(node):
-                if not from_index_put:  # the [E, 1, ...] column
-                    column = index
-                    index = graph.call_function(_aten.view.default,
-                                                (column, [-1]))
-                    index.meta["val"] = _val(column).view(-1)
-                new = graph.call_function(
-                    torch.ops.poptorch_sim.index_add_rows.default,
-                    (base, index, src, from_index_put))
-            new.meta.update(node.meta)
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
-            self.rewritten += 1
+            if _expand_threshold_backward(graph, node):
+                self.relu_masks += 1
+            elif _rewrite_row_sum(graph, node):
+                self.row_sums += 1
         graph.eliminate_dead_code()
 
     def uuid(self) -> bytes:
@@ -174,7 +203,7 @@ def _source_hash() -> bytes:
 
 
 #: The post-grad pass the ``compile`` backend gives inductor for CPU graphs.
-ROW_SUMS_PASS = RowSumsToIndexAdd()
+POST_GRAD_PASS = CpuPostGradPass()
 
 #: Ops whose inductor decomposition the ``compile`` backend leaves out on
 #: the CPU (see the module docstring).
@@ -182,10 +211,10 @@ KEPT_ATEN_OPS = frozenset({_aten.threshold_backward.default})
 
 
 def compile_fx_options() -> Dict[str, Any]:
-    """Keyword arguments for ``compile_fx`` on CPU graphs: the row-sums
+    """Keyword arguments for ``compile_fx`` on CPU graphs: the post-grad
     pass and the decompositions without :data:`KEPT_ATEN_OPS`."""
     from torch._inductor.decomposition import select_decomp_table
-    return {"config_patches": {"post_grad_custom_post_pass": ROW_SUMS_PASS},
+    return {"config_patches": {"post_grad_custom_post_pass": POST_GRAD_PASS},
             "decompositions": {op: fn for op, fn in
                                select_decomp_table().items()
                                if op not in KEPT_ATEN_OPS}}

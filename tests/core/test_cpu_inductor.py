@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
 from poptorch_core.executor._cpu_inductor import (
-    ROW_SUMS_PASS, RowSumsToIndexAdd, compile_fx_options)
+    POST_GRAD_PASS, CpuPostGradPass, compile_fx_options)
 
 _ROWS = torch.ops.poptorch_sim.index_add_rows.default
 
@@ -22,10 +22,10 @@ def _rewrite(fn, *inputs):
     them), the pass applied; returns the module and how many ops it
     rewrote."""
     gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    rows = RowSumsToIndexAdd()
-    rows(gm.graph)
+    rewrites = CpuPostGradPass()
+    rewrites(gm.graph)
     gm.recompile()
-    return gm, rows.rewritten
+    return gm, rewrites.row_sums
 
 
 def _put_rows(base, index, values):
@@ -58,7 +58,25 @@ def test_expanded_column_scatter_adds_become_index_add():
                                _scatter_rows(base, column, src))
 
 
-def test_relu_backward_stays_an_aten_op():
+def test_relu_backward_expands_to_inductors_own_decomposition():
+    grad = torch.randn(6, 3)
+    out = torch.tensor([0.0, -1.0, 2.0, float("nan"), 0.5, -0.0]) \
+        .repeat(3, 1).t().contiguous()
+
+    def relu_backward(grad, out):
+        return torch.ops.aten.threshold_backward(grad, out, 0)
+
+    gm = make_fx(relu_backward, tracing_mode="fake")(grad, out)
+    rewrites = CpuPostGradPass()
+    rewrites(gm.graph)
+    gm.recompile()
+    assert rewrites.relu_masks == 1
+    assert torch.ops.aten.threshold_backward.default not in [
+        n.target for n in gm.graph.nodes]
+    torch.testing.assert_close(gm(grad, out), relu_backward(grad, out))
+
+
+def test_relu_backward_is_not_decomposed_before_the_split():
     decompositions = compile_fx_options()["decompositions"]
     assert torch.ops.aten.threshold_backward.default not in decompositions
     # Everything else inductor decomposes is still decomposed.
@@ -143,7 +161,7 @@ def _compiled_message_passing_matches_interpret():
     torch.manual_seed(0)
     model = _MessagePassing()
     results = {}
-    before = ROW_SUMS_PASS.rewritten
+    before = (POST_GRAD_PASS.row_sums, POST_GRAD_PASS.relu_masks)
     for backend in ("compile", "interpret"):
         m = copy.deepcopy(model)
         opts = poptorch.Options()
@@ -160,10 +178,11 @@ def _compiled_message_passing_matches_interpret():
             ops = {event.name for event in prof.events()}
     # Forward: the message scatter-add; backward: the embedding and gather
     # gradients (index_put with accumulate).
-    assert ROW_SUMS_PASS.rewritten - before >= 4
+    assert POST_GRAD_PASS.row_sums - before[0] >= 4
     assert "poptorch_sim::index_add_rows" in ops
-    # relu's backward runs as ATen's kernel: no saved bool mask.
-    assert "aten::threshold_backward" in ops
+    # relu's backward (two relus) is expanded after the split, so the
+    # forward saved relu's output and no bool mask.
+    assert POST_GRAD_PASS.relu_masks - before[1] == 2
     torch.testing.assert_close(results["compile"][1],
                                results["interpret"][1], rtol=1e-4, atol=1e-5)
     for p, q in zip(results["compile"][0].parameters(),
