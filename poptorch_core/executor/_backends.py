@@ -4,9 +4,9 @@
 code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` runs it
 through ``torch.compile`` with static shapes; because the executor only ever
 feeds it micro-batches of the compile-time shapes, it compiles exactly once.
-On the CPU, row scatter-adds (message-passing sums, gather gradients) and
-``relu``'s backward stay ATen ops, which beat inductor's generated CPU code
-for them (``_cpu_inductor``).
+On the CPU, row scatter-adds (message-passing sums, gather gradients) stay
+ATen ops and ``relu``'s backward saves no boolean mask, two things
+inductor's generated CPU code does slowly (``_cpu_inductor``).
 """
 from typing import Callable, List, Sequence
 
