@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import InMemoryDataset
 
-from ._storage import GraphStorage
+from ._storage import GraphStorage, unwrap_subsets
 
 __all__: List[str] = []
 
@@ -60,7 +60,7 @@ class CachedGraphs(Dataset):
     """``dataset`` with each graph built once. Other attributes are read
     from ``dataset`` (``num_features``, ``num_classes``, ...)."""
 
-    def __init__(self, dataset: InMemoryDataset):
+    def __init__(self, dataset: Any):
         self.dataset = dataset
         self._graphs: List[Optional[Any]] = [None] * len(dataset)
         self._storage = GraphStorage.of(dataset)
@@ -91,7 +91,9 @@ class CachedGraphs(Dataset):
 
 def cached_graphs(dataset: Any) -> Any:
     """``dataset`` behind a :class:`CachedGraphs` when that is safe (an
-    ``InMemoryDataset`` without a transform), else ``dataset`` itself."""
-    if isinstance(dataset, InMemoryDataset) and dataset.transform is None:
+    ``InMemoryDataset`` without a transform, possibly under ``Subset``
+    wrappers such as ``random_split`` makes), else ``dataset`` itself."""
+    base, _ = unwrap_subsets(dataset)
+    if isinstance(base, InMemoryDataset) and base.transform is None:
         return CachedGraphs(dataset)
     return dataset

@@ -12,7 +12,8 @@ Only keys that are read exactly that way are served: dense, strided CPU
 tensors without gradients, with an integer ``__cat_dim__`` and a 1-D
 ``slices`` entry. Everything else (strings, 0-dim values, nested
 attributes, ``Index`` tensors, ...) is read from the graph objects as
-usual. Datasets that override ``get`` or ``__getitem__`` are not served at
+usual. ``torch.utils.data.Subset`` wrappers (``random_split``) are seen
+through. Datasets that override ``get`` or ``__getitem__`` are not served at
 all: their graphs need not be storage slices.
 
 Example::
@@ -26,14 +27,25 @@ Example::
     >>> torch.equal(storage.gather("x", index), torch.cat([ds[5].x, ds[2].x]))
     True
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import Subset
 from torch_geometric.data import Data, Dataset, InMemoryDataset
 
 __all__: List[str] = []
+
+
+def unwrap_subsets(dataset: Any) -> Tuple[Any, List[np.ndarray]]:
+    """The dataset under any ``torch.utils.data.Subset`` wrappers (what
+    ``random_split`` makes), and their indices, outermost first."""
+    chain = []
+    while isinstance(dataset, Subset):
+        chain.append(np.asarray(dataset.indices, dtype=np.int64))
+        dataset = dataset.dataset
+    return dataset, chain
 
 
 def _reads_storage_slices(dataset: Any) -> bool:
@@ -58,12 +70,16 @@ class GraphStorage:
     NumPy's per-call cost is a fraction of PyTorch's.
     """
 
-    def __init__(self, dataset: InMemoryDataset) -> None:
+    def __init__(self, dataset: InMemoryDataset,
+                 subsets: Sequence[np.ndarray] = ()) -> None:
         data, slices = dataset._data, dataset.slices
         store = data._store
-        #: Position in the storage of each dataset index (a subset made by
-        #: ``dataset[a:b]`` or ``index_select`` keeps the full storage).
+        #: Position in the storage of each index (a subset made by
+        #: ``dataset[a:b]`` or ``index_select`` keeps the full storage; so
+        #: do the ``Subset`` wrappers of ``subsets``, outermost first).
         self._rows = np.asarray(dataset.indices(), dtype=np.int64)
+        for indices in reversed(subsets):
+            self._rows = self._rows[indices]
         self._values: Dict[str, Tensor] = {}
         self._cat_dims: Dict[str, int] = {}
         #: Keys with equal slices share one entry (e.g. ``edge_index`` and
@@ -99,11 +115,13 @@ class GraphStorage:
 
     @staticmethod
     def of(dataset: Any) -> Optional["GraphStorage"]:
-        """The storage of ``dataset``, or None when its graphs are not
-        plain slices of one (see the module docstring)."""
+        """The storage of ``dataset`` (possibly under ``Subset`` wrappers),
+        or None when its graphs are not plain slices of one (see the module
+        docstring)."""
+        dataset, subsets = unwrap_subsets(dataset)
         if not _reads_storage_slices(dataset):
             return None
-        storage = GraphStorage(dataset)
+        storage = GraphStorage(dataset, subsets)
         return storage if storage._values else None
 
     def positions(self, indices: Sequence[int]) -> np.ndarray:

@@ -111,7 +111,8 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         fixed_size_collater: the collater padding each batch (its
             ``trimmed`` counts what trimming removed).
         dataset: the dataset the batches come from; an ``InMemoryDataset``
-            without a transform is wrapped in a cache that builds each graph
+            without a transform (also under ``Subset`` wrappers, as
+            ``random_split`` makes) is wrapped in a cache that builds each graph
             object once (``loader.dataset.dataset`` is yours then; other
             attributes read through), and its tensor attributes are
             gathered straight from the dataset's storage, one

@@ -5,13 +5,15 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from torch.utils.data import Subset, random_split
 from torch_geometric.data import Data, HeteroData, InMemoryDataset
 
 from poptorch_geometric import (CombinedBatchingCollater, FixedSizeCollater,
                                 FixedSizeDataLoader, FixedSizeOptions,
                                 FixedSizeStrategy)
 from poptorch_geometric._columns import Columns, StorageColumns
-from poptorch_geometric._graph_cache import CachedGraphs, GraphList
+from poptorch_geometric._graph_cache import (CachedGraphs, GraphList,
+                                             cached_graphs)
 from poptorch_geometric._storage import GraphStorage
 
 from ._graphs import (assert_batches_identical, fast_path_only, graph,
@@ -63,6 +65,26 @@ def test_storage_of_subset_maps_indices_to_rows():
     subset = ds[torch.tensor([7, 2, 5])]
     storage = GraphStorage.of(subset)
     assert storage.positions([0, 2]).tolist() == [7, 5]
+
+
+def test_storage_sees_through_subsets():
+    """``random_split`` wraps datasets in ``Subset``: rows compose."""
+    ds = Graphs(_graphs(8))[torch.tensor([7, 6, 5, 4, 3, 2])]
+    inner = Subset(ds, [5, 0, 2, 3])
+    outer = Subset(inner, [3, 1])
+    storage = GraphStorage.of(outer)
+    # outer[0] = inner[3] = ds[3] = row 4; outer[1] = inner[1] = ds[0] = 7
+    assert storage.positions([0, 1]).tolist() == [4, 7]
+    cached = cached_graphs(outer)
+    assert isinstance(cached, CachedGraphs)
+    fetched = cached.__getitems__([1, 0])
+    assert isinstance(Columns.of(fetched), StorageColumns)
+    assert torch.equal(fetched[0].x, ds[0].x)
+    assert fetched.positions.tolist() == [7, 4]
+    with_transform = Graphs(_graphs(), transform=lambda d: d)
+    assert cached_graphs(Subset(with_transform, [0, 1])) is not None
+    assert not isinstance(cached_graphs(Subset(with_transform, [0, 1])),
+                          CachedGraphs)
 
 
 @pytest.mark.parametrize("make", [
@@ -165,6 +187,26 @@ def test_combined_batching_keeps_the_storage_path():
                                                          for i in (5, 2, 7, 1)])
     for key in ("x", "edge_index", "edge_attr", "y", "batch"):
         assert torch.equal(out[key], plain[key]), key
+
+
+def test_loader_over_a_random_split_matches_pyg_batching(nci):
+    train, _ = random_split(nci[:400], [300, 100],
+                            generator=torch.Generator().manual_seed(0))
+    sizes = FixedSizeOptions.for_batch_size(train, 32)
+    loader = FixedSizeDataLoader(
+        train, batch_size=sizes.num_graphs, fixed_size_options=sizes,
+        fixed_size_strategy=FixedSizeStrategy.StreamPack,
+        exclude_keys=["smiles"])
+    assert loader.dataset._storage is not None
+    reference = FixedSizeCollater(sizes, add_masks_to_batch=True,
+                                  exclude_keys=["smiles"], fast_path=False)
+    seen = 0
+    for indices, batch in zip(loader.batch_sampler, loader):
+        expected = reference([train[i] for i in indices])
+        for key in expected.keys():
+            assert torch.equal(batch[key], expected[key]), key
+        seen += len(indices)
+    assert seen == len(train)
 
 
 def test_loader_over_nci_matches_pyg_batching(nci):
