@@ -53,14 +53,15 @@ class Executable:
         self.graph_module = graph_module
         self.compilations = 0
         if backend == "compile":
+            # The graph module itself, not a shared wrapper method: dynamo
+            # caches per code object, and every GraphModule has its own
+            # forward, so each model compiles once however many a process
+            # builds (a shared method hit dynamo's recompile limit at 8).
             self._fn: Callable = torch.compile(
-                self._count_and_call, backend=_counting_inductor,
-                dynamic=False, fullgraph=True)
+                graph_module, backend=_counting_inductor, dynamic=False,
+                fullgraph=True)
         else:
             self._fn = graph_module
-
-    def _count_and_call(self, *tensors: torch.Tensor):
-        return self.graph_module(*tensors)
 
     def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         if self.backend == "compile":

@@ -31,3 +31,19 @@ def test_compiles_once_and_matches_interpret():
                                rtol=1e-4, atol=1e-5)
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_each_model_compiles_once_however_many_a_process_builds():
+    """Dynamo caches compiled code per code object and gives up after
+    ``recompile_limit`` variants of one: every model must have its own."""
+    import torch._dynamo.config
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for _ in range(4):
+            model = MLP()
+            opts = poptorch.Options()
+            opts.Simulator.backend("compile")
+            ipu = poptorch.trainingModel(
+                model, opts, torch.optim.SGD(model.parameters(), lr=0.05))
+            for _ in range(2):
+                ipu(torch.randn(8, 4), torch.randn(8, 3))
+            assert ipu.compilations() == 1
