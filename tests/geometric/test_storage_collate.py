@@ -189,12 +189,12 @@ def test_combined_batching_keeps_the_storage_path():
         assert torch.equal(out[key], plain[key]), key
 
 
-def test_loader_over_a_random_split_matches_pyg_batching(nci):
-    train, _ = random_split(nci[:400], [300, 100],
-                            generator=torch.Generator().manual_seed(0))
-    sizes = FixedSizeOptions.for_batch_size(train, 32)
+def _assert_loader_matches_pyg_batching(dataset):
+    """Every batch of a StreamPack epoch over ``dataset`` read from its
+    storage equals PyG's batching of the graphs the dataset hands out."""
+    sizes = FixedSizeOptions.for_batch_size(dataset, 32)
     loader = FixedSizeDataLoader(
-        train, batch_size=sizes.num_graphs, fixed_size_options=sizes,
+        dataset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
         fixed_size_strategy=FixedSizeStrategy.StreamPack,
         exclude_keys=["smiles"])
     assert loader.dataset._storage is not None
@@ -202,30 +202,21 @@ def test_loader_over_a_random_split_matches_pyg_batching(nci):
                                   exclude_keys=["smiles"], fast_path=False)
     seen = 0
     for indices, batch in zip(loader.batch_sampler, loader):
-        expected = reference([train[i] for i in indices])
+        expected = reference([dataset[i] for i in indices])
         for key in expected.keys():
             assert torch.equal(batch[key], expected[key]), key
         seen += len(indices)
-    assert seen == len(train)
+    assert seen == len(dataset)
+
+
+def test_loader_over_a_random_split_matches_pyg_batching(nci):
+    train, _ = random_split(nci[:400], [300, 100],
+                            generator=torch.Generator().manual_seed(0))
+    _assert_loader_matches_pyg_batching(train)
 
 
 def test_loader_over_nci_matches_pyg_batching(nci):
-    """Every batch of a StreamPack epoch over a shuffled subset of the real
-    dataset equals PyG's batching of the graphs the dataset hands out."""
-    subset = nci[torch.randperm(len(nci),
-                                generator=torch.Generator().manual_seed(0))
-                 [:300]]
-    sizes = FixedSizeOptions.for_batch_size(subset, 32)
-    loader = FixedSizeDataLoader(
-        subset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
-        fixed_size_strategy=FixedSizeStrategy.StreamPack,
-        exclude_keys=["smiles"])
-    reference = FixedSizeCollater(sizes, add_masks_to_batch=True,
-                                  exclude_keys=["smiles"], fast_path=False)
-    seen = 0
-    for indices, batch in zip(loader.batch_sampler, loader):
-        expected = reference([subset[i] for i in indices])
-        for key in expected.keys():
-            assert torch.equal(batch[key], expected[key]), key
-        seen += len(indices)
-    assert seen == len(subset)
+    """A shuffled subset of the real dataset (``index_select``)."""
+    _assert_loader_matches_pyg_batching(
+        nci[torch.randperm(len(nci),
+                           generator=torch.Generator().manual_seed(0))[:300]])
