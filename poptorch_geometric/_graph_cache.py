@@ -25,7 +25,7 @@ Example::
 """
 from typing import Any, List, Optional, Sequence
 
-import torch
+import numpy as np
 from torch.utils.data import Dataset
 from torch_geometric.data import InMemoryDataset
 
@@ -44,7 +44,7 @@ class GraphList(list):
     """
 
     def __init__(self, graphs: Sequence[Any], storage: GraphStorage,
-                 positions: torch.Tensor) -> None:
+                 positions: np.ndarray) -> None:
         super().__init__(graphs)
         self.storage = storage
         self.positions = positions
