@@ -45,13 +45,18 @@ def test_budgets_hold_the_largest_graph_with_padding_room():
     assert shuffled.skipped_graphs == 0 and shuffled.real_graphs == 300
 
 
-def test_for_packing_rejects_hetero_and_empty():
+@pytest.mark.parametrize("make_options", [FixedSizeOptions.for_packing,
+                                          FixedSizeOptions.for_batch_size])
+def test_packing_budgets_reject_hetero_and_empty(make_options):
     data = HeteroData()
     data["a"].x = torch.ones(2, 1)
     with pytest.raises(ValueError, match="homogeneous"):
-        FixedSizeOptions.for_packing([data], 4)
+        make_options([data], 4)
     with pytest.raises(ValueError, match="empty"):
-        FixedSizeOptions.for_packing([], 4)
+        make_options([], 4)
+
+
+def test_for_packing_needs_two_graph_slots():
     with pytest.raises(ValueError, match="at least 2"):
         FixedSizeOptions.for_packing(SyntheticMolecules(3), 1)
 
@@ -85,13 +90,7 @@ def test_for_batch_size_on_small_datasets(batch_size):
         assert batch.num_nodes == opts.num_nodes
 
 
-def test_for_batch_size_rejects_bad_input():
-    data = HeteroData()
-    data["a"].x = torch.ones(2, 1)
-    with pytest.raises(ValueError, match="homogeneous"):
-        FixedSizeOptions.for_batch_size([data], 4)
-    with pytest.raises(ValueError, match="empty"):
-        FixedSizeOptions.for_batch_size([], 4)
+def test_for_batch_size_rejects_bad_batch_sizes():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="positive integer"):
             FixedSizeOptions.for_batch_size(SyntheticMolecules(3), bad)
