@@ -24,19 +24,24 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
+from .override import _TorchGeometricOpsSubstitutionManager
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
+from .utils import TrainingStepper, set_aggregation_dim_size
+from . import ops
+
+import poptorch_core as _poptorch
 
 # The build replaces the template, as upstream.
 __version__ = "@VERSION@-@SNAPSHOT@"
 
-# Later modules (training utilities, the PyG op overrides) add their names
-# here and to the imports above.
 __all__ = [
     "__version__",
     "FixedSizeDataLoader",
     "FixedSizeOptions",
     "FixedSizeStrategy",
+    "set_aggregation_dim_size",
+    "TrainingStepper",
     "make_exclude_keys",
     "OverSizeStrategy",
     "PyGArgsParser",
@@ -50,7 +55,17 @@ __all__ = [
     "HeteroDataBatch",
     "StreamPackingSampler",
     "call_once",
+    "ops",
     "registerCustomArgParsers",
 ]
 
+
+@call_once
+def _registerOverrides() -> None:
+    """Every PopTorch model capture enters the PyG op substitutions."""
+    _poptorch._OverwriteContextManager.registerSubsitutionManager(
+        _TorchGeometricOpsSubstitutionManager)
+
+
+_registerOverrides()
 registerCustomArgParsers()
