@@ -32,7 +32,7 @@ from torch_geometric.loader.dataloader import Collater
 
 from poptorch_geometric import (FixedSizeCollater, FixedSizeOptions,
                                 FixedSizeStrategy, batching_efficiency)
-from poptorch_geometric._graph_cache import CachedGraphs
+from poptorch_geometric._fastpath.graph_cache import CachedGraphs
 from poptorch_geometric.datasets import NCITPSA
 from poptorch_geometric.pyg_dataloader import FixedSizeDataLoader
 

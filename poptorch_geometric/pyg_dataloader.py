@@ -17,7 +17,7 @@ import torch.utils.data
 from torch.utils.data import RandomSampler, SequentialSampler
 from torch_geometric.data import HeteroData
 
-from ._graph_cache import cached_graphs
+from ._fastpath.graph_cache import cached_graphs
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater

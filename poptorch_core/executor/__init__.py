@@ -8,7 +8,7 @@ import torch
 from .._version import __version__
 from ..options import Options
 from . import _host_sync
-from ._backends import compilation_count
+from .backends._executable import compilation_count
 from ._executor import PoplarExecutor
 from ._serialization import load
 

@@ -12,7 +12,7 @@ import torch.fx
 
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
-from .._ipu_count import _ipus_to_reserve
+from ._ipu_count import _ipus_to_reserve
 from .._logging import logger
 from ..annotations import _block_tracking
 from ..enums import OutputMode
@@ -20,12 +20,12 @@ from ..tracing import capture as _capture
 from . import _pipeline
 from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
-from ._backends import Executable
+from .backends._executable import Executable
 from ._device_state import DeviceRng, DeviceState
-from ._host_memory import keep_host_memory
-from ._lowering import lower_for_host
+from .backends._host_memory import keep_host_memory
+from .backends._lowering import lower_for_host
 from ._program import Program
-from ._wide_inputs import only_widened_inputs
+from .backends._wide_inputs import only_widened_inputs
 
 __all__: list = []
 

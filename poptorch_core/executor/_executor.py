@@ -17,7 +17,7 @@ from .._printing import module_repr
 from ..enums import ConnectionType, OutputMode
 from ..errors import NO_EXECUTABLE_ERR, createPoptorchError
 from ..options import Options
-from ..tracing.ir import Ir
+from ..ir import Ir
 from . import _host_sync
 from ._args import ArgsBinder, BoundArgs
 from ._batching import BatchLayout

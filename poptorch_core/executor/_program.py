@@ -20,7 +20,7 @@ from ..enums import OutputMode, ReductionType
 from ..errors import createPoptorchError
 from ..tracing.capture import CapturedModel
 from ._args import BoundArgs, InputSignature
-from ._backends import Executable
+from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
 

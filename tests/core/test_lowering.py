@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor._lowering import lower_for_host
+from poptorch_core.executor.backends._lowering import lower_for_host
 from poptorch_core.tracing.capture import capture_module
 
 

@@ -13,9 +13,9 @@ Example::
 """
 from typing import Any
 
-from . import enums
-from ._impl import _cpp_error
-from ._logging import logger
+from .. import enums
+from .._impl import _cpp_error
+from .._logging import logger
 
 __all__ = []
 

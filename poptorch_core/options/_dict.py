@@ -21,7 +21,7 @@ Example::
 import copy
 from typing import Any, Dict, Optional
 
-from ._logging import logger
+from .._logging import logger
 
 __all__ = []
 

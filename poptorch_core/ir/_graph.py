@@ -24,7 +24,7 @@ from ._dot import graph_module_to_dot
 from ._fx_meta import node_shape_dtype
 
 if TYPE_CHECKING:
-    from .ir import Ir
+    from ._ir import Ir
 
 __all__ = ["Graph", "HostToDeviceStream", "DeviceToHostStream"]
 

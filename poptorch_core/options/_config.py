@@ -19,7 +19,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from . import enums
+from .. import enums
 
 __all__ = ["ConfigFileError"]
 

@@ -5,8 +5,8 @@ import torch
 
 from .. import _dtypes
 from .._args_parser import flattenTensors, rebuildStructure
-from .capture import capture_module, module_state
-from .ir import Ir
+from ..tracing.capture import capture_module, module_state
+from ._ir import Ir
 
 __all__ = ["traceModel"]
 

@@ -14,14 +14,14 @@ from typing import Any, Dict, List, Optional, Union
 
 import torch
 
-from . import enums
-from ._execution_strategies import PipelinedExecution, _IExecutionStrategy
-from ._logging import logger
-from ._options_config import ConfigFileError, apply_json, load_from_file
-from ._options_dict import OptionsDict, _PopartOptions
-from ._options_progress import _CompilationProgressBar
-from ._options_simulator import _SimulatorOptions, check_ipu_version
-from ._options_sub import (TensorLocationSettings, _assert_type,
+from .. import enums
+from ._strategies import PipelinedExecution, _IExecutionStrategy
+from .._logging import logger
+from ._config import ConfigFileError, apply_json, load_from_file
+from ._dict import OptionsDict, _PopartOptions
+from ._progress import _CompilationProgressBar
+from ._simulator import _SimulatorOptions, check_ipu_version
+from ._namespaces import (TensorLocationSettings, _assert_type,
                            _check_positive, _DistributedOptions, _JitOptions,
                            _PrecisionOptions, _TensorLocationOptions,
                            _TrainingOptions)
