@@ -46,9 +46,12 @@ def _load_exception(pickled: Optional[bytes]) -> Optional[BaseException]:
         return None
 
 
-def _poptorch_loader_type() -> type:
-    from .loader import DataLoader  # pylint: disable=import-outside-toplevel
-    return DataLoader
+def _is_poptorch_loader(dataset: Any) -> bool:
+    """Whether ``dataset`` is a ``poptorch.DataLoader`` (recognised by its
+    ``combinedBatchSize`` property: the loader module imports this one, so
+    this one cannot import it)."""
+    return isinstance(dataset, torch.utils.data.DataLoader) and \
+        hasattr(type(dataset), "combinedBatchSize")
 
 
 class AsynchronousDataAccessor:
@@ -154,7 +157,7 @@ class AsynchronousDataAccessor:
                        rebatched_size: Optional[int]) -> bool:
         """Validates a PopTorch DataLoader source; returns whether a final
         partial re-batch must be dropped."""
-        if isinstance(dataset, _poptorch_loader_type()):
+        if _is_poptorch_loader(dataset):
             if dataset._accessor is not None:  # pylint: disable=protected-access
                 raise createPoptorchError(
                     "The DataLoader already uses an AsynchronousDataAccessor "

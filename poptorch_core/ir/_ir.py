@@ -361,3 +361,17 @@ class Ir:
                 f.write(graph.to_dot())
             paths.append(path)
         return paths
+
+
+def executable_ir(graph_module: torch.fx.GraphModule,
+                  num_host_transfers: int) -> Ir:
+    """The Ir of a compiled model: its main graph is the captured
+    ``graph_module`` and its executable counts as built.
+
+    ``num_host_transfers`` is device iterations x gradient accumulation.
+    """
+    ir = Ir()
+    ir._adopt_main_graph(graph_module)
+    ir.num_host_transfers = num_host_transfers
+    ir._mark_executable_built()
+    return ir

@@ -30,7 +30,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import _impl
+from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
 from . import _interception, rules
@@ -177,6 +177,21 @@ def _trace_copy(tensor: torch.Tensor, training: bool) -> torch.Tensor:
     if training and tensor.requires_grad:
         copy.requires_grad_(True)
     return copy
+
+
+def ipu_arguments(args: Sequence[Any], kwargs: Dict[str, Any],
+                  device: torch.device,
+                  prepare: Optional[Callable[[torch.Tensor],
+                                             torch.Tensor]] = None
+                  ) -> Tuple[List[Any], Dict[str, Any]]:
+    """The forward's arguments as a traced model sees them: every tensor
+    leaf (after ``prepare``, e.g. taking one micro-batch) with its IPU dtype
+    on ``device``. Raises if an int64 value does not fit int32."""
+    structure = (list(args), dict(kwargs))
+    flat = [_dtypes.to_ipu(prepare(t) if prepare else t.detach(),
+                           f"Input {i}", device)
+            for i, t in enumerate(flattenTensors(structure))]
+    return rebuildStructure(structure, iter(flat))
 
 
 def capture_module(module: torch.nn.Module, args: Sequence[Any],
