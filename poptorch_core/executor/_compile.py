@@ -1,4 +1,4 @@
-"""Building a :class:`~._program.Program` for an executor (spec 4.3, 10).
+"""Building a :class:`~._program.Program` for an executor.
 
 Compilation traces the model once on micro-batch-shaped copies of the
 inputs (with IPU dtypes), checks the graph against IPU rules, creates the

@@ -1,8 +1,8 @@
 """Lazy device-to-host weight sync for models wrapped by ``trainingModel``.
 
 After a training call the host weights are stale. Instead of copying them
-back after every call, the wrapper instruments the user's model in place
-(spec 4.1): the model's class becomes ``Poptorch<Class>``, each parameter's
+back after every call, the wrapper instruments the user's model in place:
+the model's class becomes ``Poptorch<Class>``, each parameter's
 class a ``Parameter`` subclass and each buffer's class a ``Tensor``
 subclass. Reading the weights through any of them (``model.parameters()``,
 ``state_dict()``, ``model(x)``, ``model.fc.weight``, ``w.data``,

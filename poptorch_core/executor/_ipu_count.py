@@ -1,4 +1,4 @@
-"""How many IPUs a model reserves (spec 7.6).
+"""How many IPUs a model reserves.
 
 PopTorch reserves ``(#distinct IPUs the model uses) * replication_factor``
 IPUs per process, which must be a power of two and at most 64. The check

@@ -1,5 +1,4 @@
-"""The link between a training model's host optimizer and its device copy
-(spec 6.6).
+"""The link between a training model's host optimizer and its device copy.
 
 The host optimizer (a ``poptorch.optim`` or native ``torch.optim``
 optimizer over the user's parameters) never steps: it describes the

@@ -58,7 +58,7 @@ _INTERNAL_ATTRIBUTES = frozenset({
 _NATIVE_TORCH_TYPES = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW,
                        torch.optim.RMSprop)
 # Native torch optimizers have no VariableAttributes: these are constant
-# while they hold this value (spec 6.3).
+# while they hold this value.
 _NATIVE_CONSTANT_VALUES = {
     "weight_decay": 0.0,
     "momentum": 0.0,

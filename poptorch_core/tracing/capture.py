@@ -311,7 +311,7 @@ def _is_identity_loss(target: object) -> bool:
 
 
 def _find_final_loss(outputs: List[torch.fx.Node]) -> torch.fx.Node:
-    """The single loss that no other live loss consumes (spec 4.7)."""
+    """The single loss that no other live loss consumes."""
     live = rules.ancestors(outputs)
     losses = [n for n in live if rules.is_op(n, _is_identity_loss)]
     # A loss feeding another loss is dissolved into plain ops.
