@@ -194,3 +194,18 @@ def test_modules_and_functions_stay_small():
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{name}.{node.name}: {length} lines")
     assert not too_long, "\n".join(too_long)
+
+
+def test_package_versions_are_real():
+    import re
+    import tomllib
+
+    import poptorch_core
+    import poptorch_geometric
+    from poptorch_core._version import __simulator_version__
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == __simulator_version__
+    for version in (poptorch_core.__version__, poptorch_geometric.__version__,
+                    __simulator_version__):
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
