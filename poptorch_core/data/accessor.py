@@ -63,14 +63,16 @@ class AsynchronousDataAccessor:
     the shapes of the first element (the leading dimension may be shorter,
     for a final partial batch).
 
-    The tensors returned alias the shared buffers: they are overwritten once
-    the next element is requested, so ``clone()`` what you keep.
+    Each element is copied out of the ring before its slot is handed back
+    to the worker, so the tensors returned are the caller's to keep
+    (``list(accessor)`` holds every element intact). PopTorch returned views
+    of the ring that the next element overwrote.
 
     Args:
         dataset: a map-style dataset (read by index), an iterable dataset or
             a DataLoader (iterated).
-        buffer_size: number of ring slots. The consumer holds one, so the
-            worker runs up to ``buffer_size - 1`` elements ahead.
+        buffer_size: number of ring slots: the worker runs up to
+            ``buffer_size`` elements ahead.
         miss_sleep_time_in_ms: kept for compatibility. Waiting is
             event-driven (the worker signals through a pipe), so there is no
             polling interval to tune.
@@ -133,7 +135,6 @@ class AsynchronousDataAccessor:
                                 rebatched_size=rebatched_size,
                                 drop_last=self._drop_last)
         self._generation = 0
-        self._held: Optional[int] = None  # slot the user's tensors alias
         self._position = 0  # elements returned in this epoch
         self._exhausted = False
         self._failure: Optional[str] = None  # loading error of this epoch
@@ -232,7 +233,6 @@ class AsynchronousDataAccessor:
         if self._failure is not None or not (fresh or continuing):
             self._generation += 1
             self._send(P.RESET, self._generation)
-            self._held = None
             self._started = True
         self._position = 0
         self._exhausted = False
@@ -247,15 +247,14 @@ class AsynchronousDataAccessor:
         if self._exhausted:
             raise StopIteration
         self._start()
-        if self._held is not None:
-            self._send(P.RELEASE, self._generation, self._held)
-            self._held = None
         message = self._next_message()
         if message[0] == P.ITEM:
             _, _, slot, lengths = message
-            self._held = slot
+            element = self._layout.copy_out(self._slots[slot], lengths)
+            # The copy is the caller's: the slot can be refilled at once.
+            self._send(P.RELEASE, self._generation, slot)
             self._position += 1
-            return self._layout.rebuild(self._slots[slot], lengths)
+            return element
         if message[0] == P.END:
             self._send(P.RELEASE, self._generation, message[2])
             self._exhausted = True

@@ -461,3 +461,27 @@ def test_keyboard_interrupt_stops_the_worker():
     _, stderr = process.communicate(timeout=120)
     assert "KeyboardInterrupt" in stderr
     assert not pid_exists(_worker_pid(stderr))
+
+
+def test_kept_elements_are_never_overwritten():
+    """The ring has 2 slots and the epoch 10 elements: every element the
+    caller keeps must still hold its own values at the end."""
+    dataset = Squares(10)
+    with AsynchronousDataAccessor(dataset, buffer_size=2) as accessor:
+        kept = list(accessor)
+    assert len(kept) == len(dataset)
+    for i, (x, y) in enumerate(kept):
+        expected_x, expected_y = dataset[i]
+        assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
+
+
+def test_async_loader_batches_equal_sync_ones_when_kept():
+    opts = poptorch.Options().deviceIterations(2)
+    sync = list(poptorch.DataLoader(opts, Squares(24), batch_size=3))
+    loader = poptorch.DataLoader(opts, Squares(24), batch_size=3,
+                                 mode=poptorch.DataLoaderMode.Async)
+    kept = list(loader)
+    loader.terminate()
+    assert len(kept) == len(sync)
+    for (x, y), (sx, sy) in zip(kept, sync):
+        assert torch.equal(x, sx) and torch.equal(y, sy)
