@@ -13,13 +13,18 @@ from ..errors import Error, createPoptorchError
 from . import _protocol as P
 from ._batching import count_batches, samples_per_epoch
 from ._layout import ElementLayout
-from ._process import WorkerDied, WorkerProcess
+from ._process import WorkerDied, WorkerProcess, WorkerStalled
 
 __all__ = ["AsynchronousDataAccessor"]
 
 _START_FAILED = ("AsynchronousDataAccessor worker thread failed to start "
                  "(Check above for details)")
 _FETCHER_FAILED = "An error occurred in the data fetcher"
+
+
+#: Seconds the consumer waits for one element before it reports the worker
+#: as stalled (a deadlock in ``__getitem__``, a stopped process).
+DEFAULT_TIMEOUT_S = 300.0
 
 
 class _DataFetcherError(Error, AssertionError):
@@ -86,6 +91,11 @@ class AsynchronousDataAccessor:
         rebatched_size: re-batch the dataset's batches into batches of this
             many rows (every tensor's dim 0). The final partial batch is kept
             unless the dataset is a DataLoader with ``drop_last=True``.
+        timeout: seconds to wait for one element (300 by default; None
+            waits for ever). A worker that sends nothing for that long
+            (deadlocked, stopped with SIGSTOP) is stopped and the consumer
+            raises an error that names the worker's state. Not in PopTorch,
+            which waits for ever.
 
     Example::
 
@@ -107,7 +117,8 @@ class AsynchronousDataAccessor:
                  load_indefinitely: bool = True,
                  early_preload: bool = False,
                  sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
-                 rebatched_size: Optional[int] = None):
+                 rebatched_size: Optional[int] = None,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT_S):
         self._worker: Optional[WorkerProcess] = None
         self._internal: bool = getattr(self, "_internal", False)
         if not isinstance(buffer_size, int) or buffer_size < 1:
@@ -121,6 +132,11 @@ class AsynchronousDataAccessor:
             raise ValueError(
                 f"Unknown sharing_strategy {sharing_strategy!r}: use one of "
                 f"{[str(s) for s in SharingStrategy]}")
+        if timeout is not None and (
+                not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError("timeout must be a positive number of seconds "
+                             f"or None (wait for ever), got {timeout!r}")
+        self._timeout = timeout
         if rebatched_size is not None:
             assert isinstance(rebatched_size, int) and rebatched_size > 1, (
                 f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
@@ -177,10 +193,12 @@ class AsynchronousDataAccessor:
 
     def _receive_buffers(self, rebatched_size: Optional[int]):
         try:
-            message = self._worker.receive()
+            message = self._worker.receive(self._timeout)
         except WorkerDied as died:
             self.terminate()
             raise createPoptorchError(f"{_START_FAILED}\n{died}") from None
+        except WorkerStalled as stalled:
+            self._on_stall(stalled)
         if message[0] == P.EMPTY:
             self.terminate()
             raise createPoptorchError("The Dataset is empty")
@@ -216,12 +234,22 @@ class AsynchronousDataAccessor:
             self._send(P.GO)
             self._started = True
 
+    def _on_stall(self, stalled: WorkerStalled) -> None:
+        self._dead = (f"{stalled} The accessor stopped it. If loading one "
+                      "element really takes this long, pass a larger "
+                      "timeout (or None) to the AsynchronousDataAccessor "
+                      "(DataLoader: async_options={'timeout': ...}).")
+        self.terminate()
+        raise _fetcher_error(self._dead) from None
+
     def _next_message(self) -> Any:
         while True:
             try:
-                message = self._worker.receive()
+                message = self._worker.receive(self._timeout)
             except WorkerDied as died:
                 self._on_death(died)
+            except WorkerStalled as stalled:
+                self._on_stall(stalled)
             if message[1] == self._generation:
                 return message
             # Otherwise it belongs to an epoch abandoned by a reset.
