@@ -17,6 +17,8 @@ Example::
     >>> {b.x.shape[0] for b in loader} == {opts.num_nodes}
     True
 """
+import poptorch_core as poptorch
+
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -32,8 +34,9 @@ from . import ops
 
 import poptorch_core as _poptorch
 
-# The build replaces the template, as upstream.
-__version__ = "@VERSION@-@SNAPSHOT@"
+#: The PopTorch Geometric API version this package reproduces (upstream's
+#: build wrote it over an "@VERSION@-@SNAPSHOT@" template; here it is real).
+__version__ = poptorch.__version__
 
 __all__ = [
     "__version__",
