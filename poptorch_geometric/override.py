@@ -148,6 +148,8 @@ class _TorchGeometricOpsSubstitutionManager:
 
     def replace(self) -> None:
         """Installs the substitutions."""
+        # Taken first: the class table below replaces some of the originals.
+        pairs = function_substitutions()
         flags = torch_geometric.experimental.__experimental_flag__
         self._saved = {
             "dynamic": flags[_DYNAMIC],
@@ -163,10 +165,10 @@ class _TorchGeometricOpsSubstitutionManager:
                 if hasattr(target, name):
                     self._set(target, name,
                               _wrap(getattr(target, name), replacement))
-        self._replace_functions()
+        self._replace_functions(pairs)
 
-    def _replace_functions(self) -> None:
-        pairs = function_substitutions()
+    def _replace_functions(self, pairs: List[Tuple[Callable, Callable]]
+                           ) -> None:
         for module in list(sys.modules.values()):
             namespace = getattr(module, "__dict__", None)
             module_name = getattr(module, "__name__", None)

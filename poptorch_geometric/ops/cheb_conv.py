@@ -1,6 +1,8 @@
 """Fixed-shape ``ChebConv``: the scaled Laplacian's diagonal is shifted by
-subtracting a loop indicator instead of an in-place update through a
-boolean mask.
+subtracting 1 from the last ``num_nodes`` edges, the diagonal that
+``get_laplacian`` appends, instead of an in-place update through a boolean
+mask. Self-loops of the input keep their (zero) weight, so the result
+equals PyG's for every node.
 
 Example::
 
@@ -44,5 +46,6 @@ class ChebConv(torch_geometric.nn.ChebConv):
             lambda_max = lambda_max[batch[edge_index[0]]]
         edge_weight = (2.0 * edge_weight) / lambda_max
         edge_weight = edge_weight.masked_fill(edge_weight == float("inf"), 0)
-        is_loop = (edge_index[0] == edge_index[1]).to(edge_weight.dtype)
-        return edge_index, edge_weight - is_loop
+        position = torch.arange(edge_weight.size(0), device=edge_index.device)
+        diagonal = position >= edge_weight.size(0) - num_nodes
+        return edge_index, edge_weight - diagonal.to(edge_weight.dtype)

@@ -173,16 +173,19 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1,
                       dim_size: Optional[int] = None,
                       eps: float = 1e-12) -> Tensor:
     """``log(sum(exp(src)))`` of each slot, computed stably (empty slots:
-    0)."""
-    size = dim_size if out is None else out.size(dim)
-    best = scatter_max(src, index, dim, None, size)[0]
-    full = _broadcast(index, src, dim).long()
-    shifted = (src - best.gather(dim, full)).nan_to_num(nan=-math.inf)
-    total = scatter_sum(shifted.exp(), index, dim, None, size)
-    result = (total + eps).log() + best
+    0). ``out`` is not supported while tracing: give ``dim_size``."""
     if out is not None:
-        result = result + out
-    return result.nan_to_num(neginf=0.0)
+        raise ValueError("scatter_logsumexp(out=...) is not supported while "
+                         "a model is traced for the IPU: pass dim_size and "
+                         "combine the result with out yourself.")
+    full = _broadcast(index, src, dim).long()
+    size = _size("scatter_logsumexp", src, dim, None, dim_size)
+    # Empty slots keep -inf, so their result is log(eps) - inf -> 0 below.
+    best = torch.full(size, -math.inf, dtype=src.dtype, device=src.device)
+    best = best.scatter_reduce(dim, full, src, "amax", include_self=True)
+    shifted = (src - best.gather(dim, full)).nan_to_num(nan=-math.inf)
+    total = scatter_sum(shifted.exp(), index, dim, None, size[dim])
+    return ((total + eps).log() + best).nan_to_num(neginf=0.0)
 
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1,
