@@ -32,8 +32,6 @@ from .types import PyGArgsParser, registerCustomArgParsers
 from .utils import TrainingStepper, set_aggregation_dim_size
 from . import ops
 
-import poptorch_core as _poptorch
-
 #: The PopTorch Geometric API version this package reproduces (upstream's
 #: build wrote it over an "@VERSION@-@SNAPSHOT@" template; here it is real).
 __version__ = poptorch.__version__
@@ -66,7 +64,7 @@ __all__ = [
 @call_once
 def _registerOverrides() -> None:
     """Every PopTorch model capture enters the PyG op substitutions."""
-    _poptorch._OverwriteContextManager.registerSubsitutionManager(
+    poptorch._OverwriteContextManager.registerSubsitutionManager(
         _TorchGeometricOpsSubstitutionManager)
 
 

@@ -62,8 +62,9 @@ _UTILS_OPS = ("remove_self_loops", "add_remaining_self_loops",
 
 
 def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
-    """Spec section 12's table (entries missing on this PyG are left out),
-    with this package's further fixed-shape layers."""
+    """PopTorch Geometric's table of substituted layers and module
+    functions (entries missing on this PyG are left out), with this
+    package's further fixed-shape layers."""
     nn = torch_geometric.nn
     table: Dict[Any, Dict[str, Callable]] = {
         nn.aggr.base.Aggregation: {
@@ -128,8 +129,8 @@ def _wrap(original: Callable, replacement: Callable) -> Callable:
 
 
 class _TorchGeometricOpsSubstitutionManager:
-    """Swaps PyG's data-dependent ops for fixed-shape ones (spec section
-    12). ``replace()`` / ``restore()``, or use it as a context manager.
+    """Swaps PyG's data-dependent ops for fixed-shape ones.
+    ``replace()`` / ``restore()``, or use it as a context manager.
     ``restore()`` puts back exactly what ``replace()`` found, including the
     previous ``disable_dynamic_shapes`` setting."""
 

@@ -52,7 +52,7 @@ def _leading(actual: Any, expected: Any) -> Tuple[Any, Any]:
 class TrainingStepper:
     """Trains copies of ``model`` on the CPU and on the simulated IPU with
     the same optimizer and compares outputs, losses and parameters after
-    every step (spec section 14).
+    every step.
 
     The model's ``forward(*batch)`` returns ``(output, loss)``. The same
     ``optimizer`` class (``poptorch.optim.Adam`` by default) is used on both
