@@ -41,7 +41,8 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import masked_mean_loss  # noqa: E402
+from _example_common import (example_parser, ipu_options,  # noqa: E402
+                             masked_mean_loss)
 from molecule_model import _CategoricalEncoder  # noqa: E402
 
 _INPUTS = ("x", "pos", "batch", "graphs_mask", "y")
@@ -150,9 +151,7 @@ class PointCloudGNN(torch.nn.Module):
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = example_parser(__doc__)
     parser.add_argument("--molecules", type=int, default=500,
                         help="embed and use the first N NCI molecules")
     parser.add_argument("--epochs", type=int, default=15)
@@ -168,31 +167,22 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--backend", choices=("interpret", "compile"),
-                        default="interpret")
-    parser.add_argument("--data-root", default=None,
-                        help="dataset cache (default: $POPTORCH_SIM_DATA_ROOT "
-                             "or ./datasets)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true",
-                        help="3 epochs on 100 molecules: a smoke test")
-    parser.add_argument("--json", default=None,
-                        help="also write the summary to this JSON file")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.cpu_reference:
+        parser.error("--cpu-reference is not available for this example: "
+                     "PyG's radius_graph and knn_graph run eagerly only "
+                     "with pyg-lib, which PyPI does not ship.")
     if args.quick:
         args.epochs, args.molecules = 3, min(args.molecules, 100)
     return args
 
 
 def _loader(graphs, sizes, args, shuffle: bool):
-    opts = poptorch.Options().randomSeed(args.seed)
-    opts.Simulator.backend(args.backend)
     return pyg_ipu.FixedSizeDataLoader(
         graphs, batch_size=sizes.num_graphs, shuffle=shuffle,
         fixed_size_options=sizes,
         fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
-        options=opts)
+        options=ipu_options(args))
 
 
 def _train(model, loader, args) -> Tuple[Any, List[float], float]:
