@@ -189,3 +189,25 @@ def test_sized_functions_with_sizes_equal_pyg():
     ref, ref_mask = pyg_utils.to_dense_batch(
         src, torch.tensor([0, 0, 1, 1, 1]), batch_size=3, max_num_nodes=4)
     assert torch.equal(dense, ref) and torch.equal(mask, ref_mask)
+
+
+def test_gcn_under_the_override_equals_pyg_on_looped_nodes_too():
+    x, edge_index, weight, _ = _graph()
+    conv = pyg_nn.GCNConv(6, 4)
+    expected = conv(x, edge_index, weight)
+    with _TorchGeometricOpsSubstitutionManager():
+        out = conv(x, edge_index, weight)
+    torch.testing.assert_close(out, expected)
+
+
+def test_gat_under_the_override_equals_pyg_on_nodes_without_loops():
+    x, edge_index, _, _ = _graph(loops=(1, 4))
+    conv = pyg_nn.GATConv(6, 4, heads=2)
+    expected = conv(x, edge_index)
+    with _TorchGeometricOpsSubstitutionManager():
+        out = conv(x, edge_index)
+    loop_free = torch.ones(7, dtype=torch.bool)
+    loop_free[[1, 4]] = False
+    torch.testing.assert_close(out[loop_free], expected[loop_free])
+    # A looped node keeps its own loop besides the added one.
+    assert not torch.allclose(out[1], expected[1])
