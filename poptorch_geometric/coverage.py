@@ -8,8 +8,8 @@ a fixed-size padded batch, through ``inferenceModel`` and
 ``trainingModel``, and prints a Markdown table (``--out`` writes it to a
 file): whether each traces, matches eager PyG on the real entries (forward
 and gradients) and compiles once with the ``compile`` backend, or why not.
-The full run takes about half an hour on 2 cores (``--no-compile``: a few
-minutes).
+The full run takes about an hour on 2 cores (``--jobs 2`` runs two rows at
+a time; ``--no-compile``: a few minutes).
 
 Example::
 
@@ -18,9 +18,13 @@ Example::
     (True, True, True)
 """
 import argparse
+import concurrent.futures
+import multiprocessing
 import sys
 import warnings
 from typing import Iterable, List, Optional
+
+import torch
 
 from ._coverage.data import make_batches
 from ._coverage.probe import Row, run_case
@@ -29,21 +33,40 @@ from ._coverage.table import all_rows, conv_count, render, row_line
 __all__ = ["run", "render", "row_line", "main"]
 
 
-def run(only: Optional[Iterable[str]] = None,
-        compile_check: bool = True, progress: bool = False) -> List[Row]:
-    """The coverage rows, all of them or those named in ``only``."""
-    pair = make_batches(seed=0)
+def _row(name: str, compile_check: bool, threads: int = 0) -> Row:
+    """The row ``name`` (in a worker process with ``threads`` threads)."""
+    if threads:
+        torch.set_num_threads(threads)
+    (kind, _, case, reason), = all_rows([name])
+    if case is None:
+        return Row(name, kind, reason=reason)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_case(case, make_batches(seed=0), compile_check)
+
+
+def _collect(results: Iterable[Row], progress: bool) -> List[Row]:
     rows = []
-    for kind, name, case, reason in all_rows(only):
-        if case is None:
-            rows.append(Row(name, kind, reason=reason))
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                rows.append(run_case(case, pair, compile_check))
+    for row in results:
+        rows.append(row)
         if progress:
-            print(row_line(rows[-1]), file=sys.stderr, flush=True)
+            print(row_line(row), file=sys.stderr, flush=True)
     return rows
+
+
+def run(only: Optional[Iterable[str]] = None, compile_check: bool = True,
+        progress: bool = False, jobs: int = 1) -> List[Row]:
+    """The coverage rows, all of them or those named in ``only``, computed
+    ``jobs`` at a time (each in its own process when ``jobs > 1``)."""
+    names = [name for _, name, _, _ in all_rows(only)]
+    if jobs <= 1:
+        return _collect((_row(name, compile_check) for name in names),
+                        progress)
+    threads = max(1, torch.get_num_threads() // jobs)
+    with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return _collect(pool.map(_row, names, [compile_check] * len(names),
+                                 [threads] * len(names)), progress)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -57,8 +80,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="skip the compile-backend column (fast)")
     parser.add_argument("--progress", action="store_true",
                         help="print each row to stderr as it is done")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="rows computed at a time, one process each")
     args = parser.parse_args(argv)
-    rows = run(args.only, not args.no_compile, args.progress)
+    rows = run(args.only, not args.no_compile, args.progress, args.jobs)
     text = render(rows)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as file:
