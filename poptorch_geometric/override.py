@@ -13,11 +13,17 @@ it around every capture. While it is active:
   run their fixed-shape ``forward``;
 - every module binding one of the functions of
   :func:`function_substitutions` (``knn_graph``, ``radius_graph``,
-  ``remove_self_loops``, ``to_dense_batch``, ``scatter``, ..., and the
+  ``remove_self_loops``, ``add_remaining_self_loops``,
+  ``to_dense_batch``, ..., and the
   ``torch_scatter`` / ``torch_cluster`` functions when those optional
   packages are loaded) sees the fixed-shape version under the same name;
 - PyG's optional fast kernels (``torch_scatter``, pyg-lib) are switched off,
   so PyG takes its plain-PyTorch paths, which trace.
+
+A PyG function that reads a size from tensor values because the caller
+did not give it (``scatter`` without ``dim_size``, ``global_add_pool``
+without ``size``, ...) stays as it is: the core stops that read with an
+error naming the line that made the call.
 
 Example::
 
@@ -57,7 +63,6 @@ _OWN_PREFIXES = ("poptorch_geometric", "poptorch_core", "poptorch")
 
 _NEIGHBOUR_OPS = ("knn", "knn_graph", "radius", "radius_graph", "nearest")
 _UTILS_OPS = ("remove_self_loops", "add_remaining_self_loops",
-              "add_self_loops", "scatter", "softmax", "degree",
               "to_dense_batch")
 
 

@@ -82,7 +82,7 @@ MODULES = [
     "poptorch_geometric.ops.radius",
     "poptorch_geometric.ops.relational",
     "poptorch_geometric.ops.self_loops",
-    "poptorch_geometric.ops.sized",
+    "poptorch_geometric.ops.dense_batch",
     "poptorch_geometric.ops.torch_scatter",
     "poptorch_geometric.override",
     "poptorch_geometric.utils",

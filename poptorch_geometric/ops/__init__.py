@@ -34,12 +34,11 @@ from .quantile import QuantileAggregation
 from .radius import radius, radius_graph
 from .relational import FiLMConv, RGCNConv
 from .self_loops import add_remaining_self_loops, remove_self_loops
-from .sized import add_self_loops, degree, scatter, softmax, to_dense_batch
+from .dense_batch import to_dense_batch
 
 __all__ = [
     "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
     "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv", "GPSConv", "remove_self_loops",
-    "add_remaining_self_loops", "add_self_loops", "degree", "scatter",
-    "softmax", "to_dense_batch",
+    "add_remaining_self_loops", "to_dense_batch",
 ]

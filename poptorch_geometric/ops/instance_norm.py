@@ -1,6 +1,7 @@
-"""Fixed-shape ``InstanceNorm``: ``batch_size`` is required with a batch
-vector, and the running statistics are updated in place (PyG reassigns
-the buffers, which a traced model may not do).
+"""``InstanceNorm`` for traced models: the running statistics are updated
+in place (PyG reassigns the buffers, which a traced model may not do).
+Give ``batch_size`` with a batch vector: otherwise it is read from the
+batch's values, as PyG does, which a traced model may not do either.
 
 Example::
 
@@ -18,8 +19,6 @@ import torch_geometric.nn
 from torch import Tensor
 from torch_geometric.utils import degree, scatter
 
-from .sized import require_size
-
 __all__ = ["InstanceNorm"]
 
 _PYG_FORWARD = torch_geometric.nn.InstanceNorm.forward
@@ -31,16 +30,16 @@ class InstanceNorm(torch_geometric.nn.InstanceNorm):
     ``InstanceNorm(in_channels, eps=1e-5, momentum=0.1, affine=False,
     track_running_stats=False)`` as PyG. Each graph's nodes are normalised
     by that graph's mean and variance; ``batch_size`` is the number of
-    graphs of the batch (padding graphs included) and must be given with
-    ``batch``. Running statistics average over all ``batch_size`` graphs.
+    graphs of the batch (padding graphs included). Running statistics
+    average over all ``batch_size`` graphs.
     """
 
     def forward(self, x: Tensor, batch: Optional[Tensor] = None,
                 batch_size: Optional[int] = None) -> Tensor:
         if batch is None:
             return _PYG_FORWARD(self, x)
-        require_size("InstanceNorm.forward", "batch_size", batch_size,
-                     "it is the number of graphs to normalise")
+        if batch_size is None:   # as PyG; inside a traced model: pass it
+            batch_size = int(batch.max()) + 1
         if self.training or not self.track_running_stats:
             norm = degree(batch, batch_size, dtype=x.dtype).clamp(min=1)
             norm = norm.view(-1, 1)

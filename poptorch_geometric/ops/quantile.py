@@ -20,8 +20,6 @@ import torch_geometric.nn.aggr
 from torch import Tensor
 from torch_geometric.utils import cumsum, scatter
 
-from .sized import require_size
-
 __all__ = ["QuantileAggregation"]
 
 
@@ -42,15 +40,15 @@ def _pick(layer, x: Tensor, q_point: Tensor, dim: int, shape) -> Tensor:
 
 class QuantileAggregation(torch_geometric.nn.aggr.QuantileAggregation):
     """``torch_geometric.nn.aggr.QuantileAggregation`` with a fixed-shape
-    forward; ``dim_size`` is required."""
+    forward (given ``dim_size``, which aggregations need when traced)."""
 
     def forward(self, x: Tensor, index: Optional[Tensor] = None,
                 ptr: Optional[Tensor] = None,
                 dim_size: Optional[int] = None, dim: int = -2) -> Tensor:
         dim = x.dim() + dim if dim < 0 else dim
         self.assert_index_present(index)
-        require_size("QuantileAggregation.forward", "dim_size", dim_size,
-                     "it is the number of groups")
+        if dim_size is None:   # as PyG; inside a traced model: pass it
+            dim_size = int(index.max()) + 1 if index.numel() else 0
         count = scatter(torch.ones_like(index), index, 0, dim_size,
                         reduce="sum")
         start = cumsum(count)[:-1].clamp(max=x.size(dim) - 1)

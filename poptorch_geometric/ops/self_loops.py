@@ -30,8 +30,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 from torch_geometric.utils.loop import compute_loop_attr
-
-from .sized import require_size
+from torch_geometric.utils.num_nodes import maybe_num_nodes
 
 __all__ = ["remove_self_loops", "add_remaining_self_loops"]
 
@@ -59,9 +58,10 @@ def add_remaining_self_loops(edge_index: Tensor,
                              ) -> Tuple[Tensor, Optional[Tensor]]:
     """``[2, E + N]``: every edge, then one loop per node. The loops'
     attributes are ``fill_value`` (as in PyG), or the attribute of the
-    node's existing loop, whose own slot then holds zeros."""
-    require_size("add_remaining_self_loops", "num_nodes", num_nodes,
-                 "the number of loops to add is the number of nodes")
+    node's existing loop, whose own slot then holds zeros. Without
+    ``num_nodes`` the node count is read from ``edge_index``'s values, as
+    PyG does (an error inside a traced model: pass it)."""
+    num_nodes = maybe_num_nodes(edge_index, num_nodes)
     loops = torch.arange(num_nodes, device=edge_index.device)
     full = torch.cat([edge_index, loops.to(edge_index.dtype).expand(2, -1)],
                      dim=1)

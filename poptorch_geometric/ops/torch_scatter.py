@@ -1,8 +1,9 @@
 """``torch_scatter``'s scatter functions in plain PyTorch, with the same
 signatures and results: what the override substitutes for the optional
 ``torch_scatter`` package (``pip install .[scatter]``) while a model is
-traced, since its compiled kernels do not trace. The output size must be
-given (``dim_size`` or ``out``): it is the output's shape.
+traced, since its compiled kernels do not trace. Give the output size
+(``dim_size`` or ``out``): without it the size is read from ``index``'s
+values, as torch_scatter does, which a traced model may not do.
 
 Example::
 
@@ -18,8 +19,6 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
-
-from .sized import require_size
 
 __all__ = ["scatter", "scatter_sum", "scatter_add", "scatter_mul",
            "scatter_mean", "scatter_min", "scatter_max", "scatter_std",
@@ -39,23 +38,23 @@ def _broadcast(index: Tensor, src: Tensor, dim: int) -> Tensor:
     return index.expand_as(src)
 
 
-def _size(name: str, src: Tensor, dim: int, out: Optional[Tensor],
+def _size(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
           dim_size: Optional[int]) -> list:
     if out is not None:
         return list(out.shape)
-    require_size(name, "dim_size", dim_size,
-                 "it is the size of the output along dim")
+    if dim_size is None:
+        dim_size = int(index.max()) + 1 if index.numel() else 0
     size = list(src.shape)
     size[dim] = dim_size
     return size
 
 
-def _reduce(name: str, src: Tensor, index: Tensor, dim: int,
+def _reduce(src: Tensor, index: Tensor, dim: int,
             out: Optional[Tensor], dim_size: Optional[int], how: str,
             include_self: bool = True) -> Tensor:
     index = _broadcast(index, src, dim).long()
     base = out if out is not None else src.new_zeros(
-        _size(name, src, dim, out, dim_size))
+        _size(src, index, dim, out, dim_size))
     if how == "prod" and out is None:
         base = base + 1
     return base.scatter_reduce(dim, index, src, how,
@@ -66,7 +65,7 @@ def scatter_sum(src: Tensor, index: Tensor, dim: int = -1,
                 out: Optional[Tensor] = None,
                 dim_size: Optional[int] = None) -> Tensor:
     """Sums ``src`` into the slots given by ``index`` along ``dim``."""
-    return _reduce("scatter_sum", src, index, dim, out, dim_size, "sum")
+    return _reduce(src, index, dim, out, dim_size, "sum")
 
 
 scatter_add = scatter_sum
@@ -76,7 +75,7 @@ def scatter_mul(src: Tensor, index: Tensor, dim: int = -1,
                 out: Optional[Tensor] = None,
                 dim_size: Optional[int] = None) -> Tensor:
     """Multiplies ``src`` into the slots (empty slots are 1)."""
-    return _reduce("scatter_mul", src, index, dim, out, dim_size, "prod")
+    return _reduce(src, index, dim, out, dim_size, "prod")
 
 
 def scatter_mean(src: Tensor, index: Tensor, dim: int = -1,
@@ -108,10 +107,10 @@ def _arg(src: Tensor, index: Tensor, dim: int, best: Tensor) -> Tensor:
     return arg.scatter_reduce(dim, full, position, "amin", include_self=True)
 
 
-def _extreme(name: str, how: str, src: Tensor, index: Tensor, dim: int,
+def _extreme(how: str, src: Tensor, index: Tensor, dim: int,
              out: Optional[Tensor], dim_size: Optional[int]
              ) -> Tuple[Tensor, Tensor]:
-    best = _reduce(name, src, index, dim, out, dim_size, how,
+    best = _reduce(src, index, dim, out, dim_size, how,
                    include_self=out is not None)
     return best, _arg(src, index, dim, best)
 
@@ -121,7 +120,7 @@ def scatter_max(src: Tensor, index: Tensor, dim: int = -1,
                 dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """``(max, argmax)`` of each slot (empty slots: 0 and
     ``src.size(dim)``)."""
-    return _extreme("scatter_max", "amax", src, index, dim, out, dim_size)
+    return _extreme("amax", src, index, dim, out, dim_size)
 
 
 def scatter_min(src: Tensor, index: Tensor, dim: int = -1,
@@ -129,7 +128,7 @@ def scatter_min(src: Tensor, index: Tensor, dim: int = -1,
                 dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """``(min, argmin)`` of each slot (empty slots: 0 and
     ``src.size(dim)``)."""
-    return _extreme("scatter_min", "amin", src, index, dim, out, dim_size)
+    return _extreme("amin", src, index, dim, out, dim_size)
 
 
 def scatter(src: Tensor, index: Tensor, dim: int = -1,
@@ -179,7 +178,7 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1,
                          "a model is traced for the IPU: pass dim_size and "
                          "combine the result with out yourself.")
     full = _broadcast(index, src, dim).long()
-    size = _size("scatter_logsumexp", src, dim, None, dim_size)
+    size = _size(src, index, dim, None, dim_size)
     # Empty slots keep -inf, so their result is log(eps) - inf -> 0 below.
     best = torch.full(size, -math.inf, dtype=src.dtype, device=src.device)
     best = best.scatter_reduce(dim, full, src, "amax", include_self=True)

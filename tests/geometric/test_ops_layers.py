@@ -5,6 +5,8 @@ import copy
 
 import pytest
 import torch
+
+import poptorch
 import torch_geometric.nn as pyg_nn
 import torch_geometric.utils as pyg_utils
 from torch_geometric.nn import aggr
@@ -43,9 +45,17 @@ def test_instance_norm_equals_pyg_including_running_stats():
                                    ref, x, batch, batch_size=3))
 
 
-def test_instance_norm_requires_batch_size_with_a_batch():
-    with pytest.raises(ValueError, match="batch_size"):
-        ops.InstanceNorm(2)(torch.ones(3, 2), torch.tensor([0, 0, 1]))
+def test_instance_norm_reads_batch_size_from_the_batch_eagerly_only():
+    norm = pyg_nn.InstanceNorm(2)
+    x, batch = torch.randn(5, 2), torch.tensor([0, 0, 1, 1, 1])
+    torch.testing.assert_close(ops.InstanceNorm.forward(norm, x, batch),
+                               norm(x, batch))
+
+    class Model(torch.nn.Module):
+        def forward(self, x, batch):
+            return norm(x, batch)   # no batch_size
+    with pytest.raises(poptorch.Error, match=r"int\(tensor\)"):
+        poptorch.inferenceModel(Model())(x, batch)
 
 
 def test_hetero_linear_equals_a_row_by_row_loop():
@@ -156,34 +166,15 @@ def test_add_remaining_self_loops_keeps_pyg_edges_and_weights(fill_value):
                                pyg_utils.scatter(ref_w, ref_ei[1], 0, 7))
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: ops.scatter(torch.ones(3), torch.tensor([0, 1, 1])),
-     "dim_size"),
-    (lambda: ops.softmax(torch.ones(3), torch.tensor([0, 1, 1])),
-     "num_nodes"),
-    (lambda: ops.degree(torch.tensor([0, 1, 1])), "num_nodes"),
-    (lambda: ops.add_self_loops(torch.tensor([[0], [1]])), "num_nodes"),
-    (lambda: ops.add_remaining_self_loops(torch.tensor([[0], [1]])),
-     "num_nodes"),
-    (lambda: ops.to_dense_batch(torch.ones(2, 1), torch.tensor([0, 1]),
-                                batch_size=2),
-     "batch_size and max_num_nodes"),
-])
-def test_sized_functions_name_the_missing_size(call, name):
-    with pytest.raises(ValueError, match=name):
-        call()
+@pytest.mark.parametrize("sizes", [{}, {"batch_size": 2},
+                                   {"max_num_nodes": 3}])
+def test_to_dense_batch_names_both_sizes(sizes):
+    with pytest.raises(ValueError, match="batch_size and max_num_nodes"):
+        ops.to_dense_batch(torch.ones(2, 1), torch.tensor([0, 1]), **sizes)
 
 
-def test_sized_functions_with_sizes_equal_pyg():
-    src, index = torch.randn(5, 2), torch.tensor([0, 2, 2, 3, 0])
-    ptr = torch.tensor([0, 2, 5])
-    torch.testing.assert_close(ops.scatter(src, index, 0, 5, "max"),
-                               pyg_utils.scatter(src, index, 0, 5, "max"))
-    torch.testing.assert_close(ops.softmax(src, index, num_nodes=5),
-                               pyg_utils.softmax(src, index, num_nodes=5))
-    torch.testing.assert_close(ops.softmax(src, ptr=ptr),
-                               pyg_utils.softmax(src, ptr=ptr))
-    assert torch.equal(ops.degree(index, 6), pyg_utils.degree(index, 6))
+def test_to_dense_batch_with_sizes_equals_pyg():
+    src = torch.randn(5, 2)
     dense, mask = ops.to_dense_batch(src, torch.tensor([0, 0, 1, 1, 1]),
                                      batch_size=3, max_num_nodes=4)
     ref, ref_mask = pyg_utils.to_dense_batch(

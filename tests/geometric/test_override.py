@@ -121,6 +121,20 @@ def test_to_dense_batch_without_sizes_names_both_while_traced():
                                               torch.tensor([0, 0, 1, 1]))
 
 
+class ScatterWithoutSize(torch.nn.Module):
+    def forward(self, x, index):
+        return pyg_utils.scatter(x, index, 0)  # SIZE READ HERE
+
+
+def test_a_size_read_from_values_is_the_core_error_at_the_users_line():
+    """The override leaves such reads to the core's rule, which names the
+    line that made the call."""
+    with pytest.raises(poptorch.Error, match=r"int\(tensor\)") as info:
+        poptorch.inferenceModel(ScatterWithoutSize())(
+            torch.ones(3, 2), torch.tensor([0, 1, 1]))
+    assert "# SIZE READ HERE" in info.value.message
+
+
 class KnnModel(torch.nn.Module):
     """Builds its graph with PyG's knn_graph (bound in this module) and
     torch_geometric.nn.knn_graph inside forward."""

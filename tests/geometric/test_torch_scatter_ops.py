@@ -112,9 +112,12 @@ def test_segment_csr_equals_a_loop():
     torch.testing.assert_close(out, expected)
 
 
-def test_missing_size_is_a_clear_error():
-    with pytest.raises(ValueError, match="dim_size"):
-        ts.scatter_max(torch.ones(3), torch.tensor([0, 1, 1]))
+def test_without_dim_size_the_index_sets_the_size():
+    src, index = torch.randn(4, 2), torch.tensor([0, 3, 3, 1])
+    for name in ("scatter_sum", "scatter_mean", "scatter_logsumexp"):
+        fn = getattr(ts, name)
+        torch.testing.assert_close(fn(src, index, 0),
+                                   fn(src, index, 0, dim_size=4))
 
 
 def test_equals_torch_scatter_when_installed(src_dim):
