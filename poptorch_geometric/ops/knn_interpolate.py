@@ -37,6 +37,8 @@ def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor,
     """
     pos_x, pos_y = as_points("pos_x", pos_x), as_points("pos_y", pos_y)
     num_queries = pos_y.size(0)
+    if pos_x.size(0) == 0:   # no point anywhere: no neighbour for anyone
+        return x.new_zeros((num_queries, ) + x.shape[1:])
     # Each query owns k consecutive slots: a static target index.
     y_idx = torch.arange(num_queries, device=x.device).repeat_interleave(k)
     with torch.no_grad():
