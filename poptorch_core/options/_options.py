@@ -3,10 +3,13 @@
 Example::
 
     >>> opts = poptorch.Options().deviceIterations(4).replicationFactor(2)
-    >>> opts.Training.gradientAccumulation(8)
-    >>> opts.outputMode(poptorch.OutputMode.All)
-    >>> opts.device_iterations, opts.Training.gradient_accumulation
-    (4, 8)
+    >>> opts.Training.gradientAccumulation(8).gradient_accumulation
+    8
+    >>> opts.outputMode(poptorch.OutputMode.All).output_mode == \\
+    ...     poptorch.OutputMode.All
+    True
+    >>> opts.device_iterations, opts.replication_factor
+    (4, 2)
 """
 import copy
 import os
@@ -70,7 +73,10 @@ class Options(OptionsDict):
 
         >>> opts = poptorch.Options()
         >>> opts.deviceIterations(2).Simulator.backend("compile")
+        _SimulatorOptions(execution_backend='compile', ...)
         >>> model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
+        >>> model.options.device_iterations
+        2
     """
 
     def __init__(self):
@@ -496,7 +502,11 @@ class Options(OptionsDict):
 
         Example::
 
-            >>> opts.from_json('{"outputMode": ["OutputMode.EveryN", 2]}')
+            >>> opts = poptorch.Options()
+            >>> opts = opts.from_json(
+            ...     '{"outputMode": ["OutputMode.EveryN", 2]}')
+            >>> poptorch.OutputMode(opts.output_mode), opts.output_return_period
+            (<OutputMode.EveryN: 1>, 2)
         """
         apply_json(self, string)
         return self
