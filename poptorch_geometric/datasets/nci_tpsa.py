@@ -2,10 +2,13 @@
 
 Example::
 
-    >>> ds = NCITPSA(root="/tmp/pyg_data")           # doctest: +SKIP
-    >>> len(ds), ds[0]                               # doctest: +SKIP
-    (4991, Data(x=[9, 9], edge_index=[2, 18], edge_attr=[18, 3],
-     smiles='CC1=CC(=O)C=CC1=O', y=[1, 1]))
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     ds = NCITPSA(root=root)      # the first call processes (seconds)
+    >>> len(ds)
+    4991
+    >>> ds[0]
+    Data(x=[9, 9], edge_index=[2, 18], edge_attr=[18, 3], smiles=..., y=[1, 1])
 """
 import os
 import os.path as osp
