@@ -486,10 +486,17 @@ class Options(OptionsDict):
         """Applies a config file of setter calls, one per line, written as
         they would follow ``options.``; ``#`` starts a comment.
 
-        Example file::
+        Example::
 
-            deviceIterations(4)
-            Training.gradientAccumulation(2)  # two steps per update
+            >>> import os, tempfile
+            >>> with tempfile.TemporaryDirectory() as folder:
+            ...     path = os.path.join(folder, "ipu.conf")
+            ...     with open(path, "w") as f:
+            ...         _ = f.write("deviceIterations(4)  # 4 batches a call\\n"
+            ...                     "Training.gradientAccumulation(2)\\n")
+            ...     opts = poptorch.Options().loadFromFile(path)
+            >>> opts.device_iterations, opts.Training.gradient_accumulation
+            (4, 2)
         """
         load_from_file(self, os.fspath(filepath))
         return self
@@ -505,7 +512,8 @@ class Options(OptionsDict):
             >>> opts = poptorch.Options()
             >>> opts = opts.from_json(
             ...     '{"outputMode": ["OutputMode.EveryN", 2]}')
-            >>> poptorch.OutputMode(opts.output_mode), opts.output_return_period
+            >>> mode = poptorch.OutputMode(opts.output_mode)
+            >>> mode, opts.output_return_period
             (<OutputMode.EveryN: 1>, 2)
         """
         apply_json(self, string)
