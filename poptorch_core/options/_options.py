@@ -492,7 +492,7 @@ class Options(OptionsDict):
             >>> with tempfile.TemporaryDirectory() as folder:
             ...     path = os.path.join(folder, "ipu.conf")
             ...     with open(path, "w") as f:
-            ...         _ = f.write("deviceIterations(4)  # 4 batches a call\\n"
+            ...         _ = f.write("deviceIterations(4)  # 4 per call\\n"
             ...                     "Training.gradientAccumulation(2)\\n")
             ...     opts = poptorch.Options().loadFromFile(path)
             >>> opts.device_iterations, opts.Training.gradient_accumulation
