@@ -220,6 +220,8 @@ class LegacyBeginBlockFn(torch.nn.Module):
         self._ipu_id = ipu_id
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Starts the block, then returns the wrapped function's result for
+        the same arguments."""
         Block.start(self._user_id, self._ipu_id)
         return self._layer_to_call(*args, **kwargs)
 

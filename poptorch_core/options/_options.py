@@ -147,10 +147,14 @@ class Options(OptionsDict):
 
     @property
     def show_compilation_progress_bar(self) -> bool:
+        """Whether compiling shows a progress bar
+        (:meth:`showCompilationProgressBar`)."""
         return self._show_compilation_progress_bar
 
     @property
     def relax_optimizer_checks(self) -> bool:
+        """Whether unexpected optimizer attributes are only logged at debug
+        level (:meth:`relaxOptimizerAttributesChecks`)."""
         return self._relax_optimizer_checks
 
     def popartOption(self, key: str, default: Any = None) -> Any:

@@ -337,6 +337,8 @@ class _IPhasedExecution(_IExecutionStrategy):
         return self._block_map[block_id].phase_id
 
     def backendOptions(self) -> Dict[str, Any]:
+        """The options this strategy adds to ``Options.toDict()``: the
+        execution mode and the phase settings."""
         return {
             **super().backendOptions(),
             "separate_backward_phase": self._separate_backward_phase,

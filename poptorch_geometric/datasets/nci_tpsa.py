@@ -72,17 +72,26 @@ class NCITPSA(InMemoryDataset):
 
     @property
     def raw_file_names(self) -> List[str]:
+        """The CSV file taken from the rdkit wheel."""
         return [_RAW_NAME]
 
     @property
     def processed_file_names(self) -> List[str]:
+        """The cache of processed graphs."""
         return ["data.pt"]
 
     def download(self) -> None:
+        """Copies the CSV from the installed rdkit wheel into ``raw_dir``.
+
+        Raises:
+            FileNotFoundError: the rdkit wheel does not ship the CSV.
+        """
         # "Download" is PyG's hook for missing raw files: copy, never fetch.
         shutil.copy(_rdkit_csv(), osp.join(self.raw_dir, _RAW_NAME))
 
     def process(self) -> None:
+        """Turns every SMILES that RDKit parses into a graph labelled with
+        its TPSA and saves them to the cache."""
         from rdkit import Chem, RDLogger
         from torch_geometric.utils import from_smiles
 
