@@ -173,3 +173,39 @@ def test_geometric_uses_the_core_public_api_or_logging():
            for target in targets
            if target.startswith(CORE) and target not in allowed]
     assert not bad, "\n".join(bad)
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+
+
+def test_modules_and_functions_stay_small():
+    """One concept per module and per function: no module over 600 lines,
+    no function (docstring included) over 60."""
+    too_long = []
+    for name, path in _modules().items():
+        source = path.read_text()
+        lines = source.count("\n")
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_package_versions_are_real():
+    import re
+    import tomllib
+
+    import poptorch_core
+    import poptorch_geometric
+    from poptorch_core._version import __simulator_version__
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == __simulator_version__
+    for version in (poptorch_core.__version__, poptorch_geometric.__version__,
+                    __simulator_version__):
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), version

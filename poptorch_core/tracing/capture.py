@@ -247,14 +247,22 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                          *trace_params, *trace_buffers, *trace_inputs)
 
     rules.check_graph(gm, excludes)
-    # Version counters miss kernels that write through raw pointers (the
-    # running statistics of batch_norm), so values are compared as well.
-    originals = list(buffers) + list(inputs)
-    mutated = [i for i, (t, v, orig) in enumerate(
-        zip(trace_buffers + trace_inputs, versions, originals))
-        if t._version != v or not torch.equal(t, orig.detach())]
+    mutated = _mutated(trace_buffers + trace_inputs, versions,
+                       list(buffers) + list(inputs))
     return _finalise(gm, param_state, buffer_state, len(inputs), result,
                      mutated, training)
+
+
+def _mutated(traced: Sequence[torch.Tensor], versions: Sequence[int],
+             originals: Sequence[torch.Tensor]) -> List[int]:
+    """Indices of the buffers and inputs that the traced forward changed.
+
+    Version counters miss kernels that write through raw pointers (the
+    running statistics of batch_norm), so values are compared as well.
+    """
+    return [i for i, (t, v, orig) in enumerate(zip(traced, versions,
+                                                   originals))
+            if t._version != v or not torch.equal(t, orig.detach())]
 
 
 def _finalise(gm: torch.fx.GraphModule, param_state: _StateSlots,
