@@ -299,7 +299,9 @@ class FixedSizeOptions:
             ...                                 FixedSizeStrategy)
             >>> from poptorch_geometric.datasets import SyntheticMolecules
             >>> ds = SyntheticMolecules(500)
-            >>> opts = FixedSizeOptions.for_batch_size(ds, batch_size=32)
+            >>> # For epochs in dataset order (the loader does not shuffle).
+            >>> opts = FixedSizeOptions.for_batch_size(ds, batch_size=32,
+            ...                                        shuffle=False)
             >>> opts.num_graphs > 32
             True
             >>> loader = FixedSizeDataLoader(
