@@ -15,9 +15,10 @@ from .._args_parser import flattenTensors, rebuildStructure
 from .._ipu_count import _ipus_to_reserve
 from .._logging import logger
 from ..annotations import _block_tracking
+from ..device._stamps import OpStamper
 from ..enums import OutputMode
 from ..tracing import capture as _capture
-from . import _pipeline
+from . import _pipeline, _replica_weights
 from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
 from ._backends import Executable
@@ -25,6 +26,7 @@ from ._device_state import DeviceRng, DeviceState
 from ._host_memory import keep_host_memory
 from ._lowering import lower_for_host
 from ._program import Program
+from ._simulation import after_compile
 from ._wide_inputs import only_widened_inputs
 
 __all__: list = []
@@ -91,11 +93,7 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     model = executor._model
     training = executor._training
 
-    if executor.per_replica_params:
-        raise _impl._cpp_error(
-            "Replica-grouped weights (replicaGrouping) are not supported by "
-            "the simulator yet: every replica holds the same weights. Remove "
-            "the replicaGrouping() call to run the model.")
+    executor.ir.replication_factor = layout.replicas
     if opts.Simulator.host_memory_pool:
         keep_host_memory()
     micro = _trace_inputs(executor, bound, layout, device)
@@ -104,18 +102,25 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
     params, param_names, buffers, buffer_names = _capture.module_state(model)
     state = DeviceState(params, buffers,
                         [n[0] for n in param_names + buffer_names], device)
-    op_blocks: list = []
-    with _block_tracking() as tracker:
+    grouped = _replica_weights.resolve(executor, param_names, params)
+    state.group_weights(grouped)
+    if training:
+        _replica_weights.check_optimizer(executor._optimizer_link.optimizer,
+                                         grouped)
+    with _block_tracking() as tracker, OpStamper(model, tracker) as stamp:
         captured = _capture.capture_module(
             model, trace_args, trace_kwargs, training=training,
-            device=device, params=state.params, buffers=state.buffers(),
-            excludes=opts._source_location_excludes,
-            on_op=lambda: op_blocks.append(tracker.op_block()))
+            device=device, params=state.replica_params(0),
+            buffers=state.buffers(),
+            excludes=opts._source_location_excludes, on_op=stamp)
     strategy = opts._execution_strategy
-    placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
+    placement = _pipeline.resolve(strategy, tracker.seen_blocks(),
+                                  stamp.blocks)
     _pipeline.check(strategy, placement, training,
                     layout.gradient_accumulation, layout.device_iterations)
     _ipus_to_reserve(placement.num_ipus, opts)
+    estimate = after_compile(executor, captured, placement, state, layout,
+                             grouped)
 
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:
         if opts.broadcast_buffers:
@@ -147,7 +152,8 @@ def build_program(executor: Any, bound: BoundArgs) -> Program:
         wide_inputs=_wide_int64_inputs(host_graph, bound, captured.num_inputs),
         uses_rng=any(torch.Tag.nondeterministic_seeded in
                      getattr(node.target, "tags", ())
-                     for node in graph.graph.nodes))
+                     for node in graph.graph.nodes),
+        estimate=estimate)
     if training:
         program.device_optimizer = executor._optimizer_link.build(
             state, param_names)

@@ -1,0 +1,87 @@
+"""The executor's link to the device model (``poptorch_core.device``).
+
+After tracing, :func:`after_compile` describes the compiled model to the
+device model and applies ``opts.Simulator.memoryCheck``: ``"error"`` raises
+the out-of-memory ``poptorch.Error`` before the model can run, ``"warn"``
+logs it. :meth:`DeviceEstimate.report` is what
+``poptorch_model.simulationReport()`` returns.
+"""
+from typing import Any, Dict, Optional
+
+from .. import device
+from ..enums import OutputMode
+
+__all__: list = []
+
+
+class DeviceEstimate:
+    """The device model's view of one compiled model; the report is built
+    on first use and again when the optimizer is replaced."""
+
+    def __init__(self, spec: device.StepSpec, optimizer_source: Any):
+        self._spec = spec
+        self._optimizer_source = optimizer_source
+        self._report: Optional[device.SimulationReport] = None
+
+    def report(self) -> device.SimulationReport:
+        optimizer = self._optimizer_source()
+        if self._report is None or optimizer is not self._spec.optimizer:
+            self._spec.optimizer = optimizer
+            self._report = device.simulate(self._spec)
+        return self._report
+
+
+def _ipu_version(options: Any) -> int:
+    # An offline target names the IPU the model is compiled for.
+    if options.exists("ipu_version"):
+        return options.ipu_version
+    return options.Simulator.ipu_version
+
+
+def _param_specs(executor: Any, captured: Any, state: Any,
+                 groups: Dict[int, Any]) -> list:
+    specs = []
+    for index, (names, host, dev) in enumerate(zip(
+            captured.param_names, state.host_params, state.params)):
+        grouping = groups.get(index)
+        specs.append(device.ParamSpec(
+            names[0], host, trainable=dev.requires_grad,
+            groups=grouping.num_groups if grouping else 1,
+            group_size=grouping.group_size if grouping else None))
+    return specs
+
+
+def step_spec(executor: Any, captured: Any, placement: Any, state: Any,
+              layout: Any, groups: Dict[int, Any]) -> device.StepSpec:
+    """The :class:`~poptorch_core.device.StepSpec` of a compiled model.
+
+    Args:
+        groups: replica-grouped weights: parameter index -> its
+            ``_replica_weights.GroupedWeight``.
+    """
+    opts = executor._options
+    return device.StepSpec(
+        graph=captured.graph_module, training=executor._training,
+        params=_param_specs(executor, captured, state, groups),
+        num_buffers=len(captured.buffer_names),
+        device_iterations=layout.device_iterations,
+        gradient_accumulation=layout.gradient_accumulation,
+        replicas=layout.replicas, blocks=dict(placement.blocks),
+        strategy=opts._execution_strategy,
+        available_memory=dict(opts.available_memory_proportion),
+        ipu_version=_ipu_version(opts),
+        output_mode=OutputMode(opts.output_mode),
+        excludes=tuple(opts._source_location_excludes))
+
+
+def after_compile(executor: Any, captured: Any, placement: Any, state: Any,
+                  layout: Any, groups: Dict[int, Any]) -> DeviceEstimate:
+    """Describes the compiled model and applies ``memoryCheck``."""
+    link = executor._optimizer_link
+    estimate = DeviceEstimate(
+        step_spec(executor, captured, placement, state, layout, groups),
+        (lambda: link.optimizer) if link is not None else (lambda: None))
+    mode = executor._options.Simulator.memory_check
+    if mode != "off":
+        device.check_memory(estimate.report(), mode)
+    return estimate
