@@ -56,12 +56,18 @@ def checkpointed_stages(place: NodePlacement) -> Set[int]:
 
 def _ranges(values: GraphValues, place: NodePlacement
             ) -> Dict[Tuple[int, int], List[int]]:
-    """``(storage, ipu)`` -> positions of the ops on ``ipu`` touching it."""
+    """``(storage, ipu)`` -> positions of the ops on ``ipu`` that make or
+    touch it (an op's scratch memory is made and dropped by the op)."""
     out: Dict[Tuple[int, int], List[int]] = {}
+    position = {node: pos for pos, node in enumerate(values.nodes)}
     for pos, node in enumerate(values.nodes):
         ipu = place.ipus.get(node, 0)
         for key in values.touches.get(node, ()):
             out.setdefault((key, ipu), []).append(pos)
+    for key, info in values.storages.items():
+        if info.node in position:
+            ipu = place.ipus.get(info.node, 0)
+            out.setdefault((key, ipu), []).append(position[info.node])
     return out
 
 

@@ -20,6 +20,7 @@ by ``availableMemoryProportion``): :func:`op_temporary_bytes`.
 
 Example::
 
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(lambda a, b: torch.mm(a, b).relu())(
     ...     torch.ones(8, 16), torch.ones(16, 4))
     >>> [op_flops(n) for n in gm.graph.nodes if n.op == "call_function"]

@@ -4,9 +4,10 @@
 no compute) under autograd, exactly as the executor runs it for training.
 Each tensor is identified by its storage, so views and in-place results
 count once; autograd's ``saved_tensors_hooks`` report every tensor the
-backward will need, including those a composite op (``cross_entropy``,
-``layer_norm``, ...) allocates internally. The memory model turns this into
-live ranges (:mod:`.memory`).
+backward will need. A dispatch mode also sees the tensors that a composite
+op (``cross_entropy``, ``layer_norm``, ...) allocates internally: those it
+does not return or save are its scratch memory, live while it runs. The
+memory model turns this into live ranges (:mod:`.memory`).
 
 Example::
 
@@ -21,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from .._logging import logger
@@ -42,7 +44,8 @@ class GraphValues:
 
     Attributes:
         nodes: the computing nodes in execution order.
-        storages: storage key -> :class:`StorageInfo`.
+        storages: storage key -> :class:`StorageInfo` (with the node
+            that allocated it, also for a composite op's internals).
         touches: node -> storages it reads, writes or returns.
         placeholders: placeholder node -> its storage key.
         saved: storage key -> the first node whose backward needs it.
@@ -116,6 +119,21 @@ class _Recorder(torch.fx.Interpreter):
         return tensor
 
 
+class _Allocations(TorchDispatchMode):
+    """Notes every tensor an ATen op creates, also inside composite ops."""
+
+    def __init__(self, recorder: _Recorder):
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self._recorder.current is not None:
+            for tensor in _tensors(out):
+                self._recorder.note(tensor)
+        return out
+
+
 def _tensors(value: Any) -> List[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
@@ -151,7 +169,8 @@ def trace_values(gm: torch.fx.GraphModule, inputs: Sequence[Any],
                 fake = torch.empty(shape, dtype=dtype)
                 fakes.append(fake.requires_grad_(grad and
                                                  dtype.is_floating_point))
-            recorder.run(*fakes)
+            with _Allocations(recorder):
+                recorder.run(*fakes)
     except Exception as error:  # noqa: BLE001  any op without a fake kernel
         logger.debug("Device model: fake run failed (%s); assuming every "
                      "value is kept for the backward", error)

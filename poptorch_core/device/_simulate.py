@@ -2,6 +2,7 @@
 
 Example::
 
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(torch.nn.Linear(4, 2))(torch.ones(8, 4))
     >>> report = simulate(StepSpec(gm, training=False, params=[]))
     >>> report.fits, report.chip.name
@@ -79,10 +80,12 @@ def _amp_overrides(gm: torch.fx.GraphModule) -> Dict[torch.fx.Node, float]:
 
 
 def _temporaries(spec: StepSpec, place: NodePlacement, chip: ChipModel
-                 ) -> Tuple[Dict[int, int], Dict[torch.fx.Node, int]]:
-    """Largest capped temporary per IPU, and serial passes per op."""
+                 ) -> Tuple[Dict[int, Tuple[int, torch.fx.Node]],
+                            Dict[torch.fx.Node, int]]:
+    """Per IPU the largest capped temporary and its op; serial passes per
+    op."""
     overrides = _amp_overrides(spec.graph)
-    temps: Dict[int, int] = {}
+    temps: Dict[int, Tuple[int, torch.fx.Node]] = {}
     passes: Dict[torch.fx.Node, int] = {}
     for node in spec.graph.graph.nodes:
         need = _costs.op_temporary_bytes(node)
@@ -91,8 +94,9 @@ def _temporaries(spec: StepSpec, place: NodePlacement, chip: ChipModel
         ipu = place.ipus.get(node, 0)
         amp = overrides.get(node, spec.amp(ipu))
         passes[node] = serial_passes(node, chip.memory_bytes, amp)
-        temps[ipu] = max(temps.get(ipu, 0),
-                         min(need, int(amp * chip.memory_bytes)))
+        size = min(need, int(amp * chip.memory_bytes))
+        if size > temps.get(ipu, (0, None))[0]:
+            temps[ipu] = (size, node)
     return temps, passes
 
 
@@ -113,7 +117,7 @@ def _weight_breakdown(weights: _Weights) -> Dict[int, Dict[str, int]]:
 
 def _memory(spec: StepSpec, place: NodePlacement, chip: ChipModel,
             values: GraphValues, weights: _Weights,
-            temps: Dict[int, int]) -> List[IpuMemory]:
+            temps: Dict[int, Tuple[int, torch.fx.Node]]) -> List[IpuMemory]:
     acts = activation_peaks(values, place, spec.training,
                             spec.is_pipelined())
     by_ipu = _weight_breakdown(weights)
@@ -129,10 +133,11 @@ def _memory(spec: StepSpec, place: NodePlacement, chip: ChipModel,
             if place.ipus.get(n, 0) == ipu)
         breakdown["activations"] = acts[ipu].peak
         breakdown["stash"] = acts[ipu].stash
-        breakdown["temporaries"] = temps.get(ipu, 0)
+        breakdown["temporaries"], temp_node = temps.get(ipu, (0, None))
         memory = IpuMemory(ipu, chip.memory_bytes, breakdown)
         memory.consumers = _consumers(spec, ipu, weights, values,
-                                      acts[ipu].live_at_peak)
+                                      acts[ipu].live_at_peak,
+                                      (breakdown["temporaries"], temp_node))
         result.append(memory)
     return result
 
@@ -147,7 +152,9 @@ def _module_of_param(name: str) -> str:
 
 
 def _consumers(spec: StepSpec, ipu: int, weights: _Weights,
-               values: GraphValues, live: set) -> List[Consumer]:
+               values: GraphValues, live: set,
+               temporary: Tuple[int, Optional[torch.fx.Node]]
+               ) -> List[Consumer]:
     """The modules holding most of ``ipu``'s memory."""
     found: Dict[str, Consumer] = {}
 
@@ -173,6 +180,9 @@ def _consumers(spec: StepSpec, ipu: int, weights: _Weights,
         if maker is not None:
             add(node_module(maker) or "(model)", "activations",
                 values.storages[key].nbytes, maker)
+    size, node = temporary
+    if node is not None:
+        add(node_module(node) or "(model)", "temporaries", size, node)
     ranked = sorted(found.values(), key=lambda c: -c.bytes)
     return ranked[:_TOP_CONSUMERS]
 

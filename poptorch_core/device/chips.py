@@ -11,8 +11,8 @@ Example::
     >>> chip = chip_model(2)
     >>> chip.name, chip.tiles, chip.sram_per_tile // 1024
     ('Mk2 GC200', 1472, 624)
-    >>> round(chip.memory_bytes / 1e6)
-    940
+    >>> chip.memory_bytes / 2**20   # MiB
+    897.0
 """
 import dataclasses
 from typing import Dict

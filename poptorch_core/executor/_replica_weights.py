@@ -21,7 +21,7 @@ The host parameter carries a leading dimension with one slice per value
 the host holds: one per group with ``VariableRetrievalMode.OnePerGroup``
 (the first replica's), one per replica with ``AllReplicas``, and no
 leading dimension when that count is 1 (as PopART's host shapes). The model
-is traced with the first slice.
+is traced with replica 0's copy: the first slice.
 
 Example::
 
@@ -89,10 +89,6 @@ class GroupedWeight:
                 f"the host holds {self.host_values} values: give it a "
                 f"leading dimension of {self.host_values}, one slice per "
                 "value.")
-
-    def trace_value(self, host: torch.Tensor) -> torch.Tensor:
-        """What the model sees while it is traced: the first value."""
-        return host[0] if self.host_values > 1 else host
 
     def _per_group(self, host: torch.Tensor) -> torch.Tensor:
         """The host's values as ``[groups, *shape]``."""
