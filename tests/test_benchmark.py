@@ -53,6 +53,16 @@ def test_ratios_are_finite_and_complete(record):
             and ratios[key] > 0, key
 
 
+def test_simulated_ipu_estimate_is_recorded(record):
+    _, data = record
+    estimate = data["simulated_ipu"]
+    assert estimate["chip"] == "Mk2 GC200" and estimate["fits"]
+    assert 0 < estimate["peak_ipu_bytes"] < estimate["capacity_bytes"]
+    assert estimate["step_seconds"] > 0
+    assert estimate["estimated_graphs_per_second"] > 0
+    assert estimate["summary"].startswith("Mk2 GC200 x 1: ")
+
+
 def test_packing_and_training_entries(record):
     _, data = record
     for name in ("stream_pack", "pad_to_max"):
