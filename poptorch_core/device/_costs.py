@@ -129,13 +129,24 @@ def op_is_half(node: torch.fx.Node) -> bool:
     return any(t.dtype in (torch.float16, torch.bfloat16) for t in outputs)
 
 
+def _is_weight(node: Any) -> bool:
+    """A parameter or buffer, possibly through views (``t()``, ...)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" \
+            and is_view(node) and node.args:
+        node = node.args[0]
+    return isinstance(node, torch.fx.Node) and node.op == "placeholder" and \
+        node.meta.get("poptorch_kind") in ("parameter", "buffer")
+
+
 def op_temporary_bytes(node: torch.fx.Node) -> int:
     """Temporary memory a matrix product or convolution asks for: a
-    re-laid-out copy of its operands plus float32 partial sums of its
-    output (0 for other ops)."""
+    re-laid-out copy of its computed operands (weights are created in the
+    layout their product wants) plus float32 partial sums of its output
+    (0 for other ops)."""
     if not is_matmul_like(node):
         return 0
-    operands = _vals(node.args)
+    operands = _vals([a for a in tree_leaves(node.args)
+                      if isinstance(a, torch.fx.Node) and not _is_weight(a)])
     outputs = _tensors(node.meta.get("val"))
     return sum(t.numel() * t.element_size() for t in operands) + \
         4 * _numel(outputs[:1])

@@ -9,6 +9,7 @@ Example::
     (True, 'Mk2 GC200')
 """
 import operator
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -26,7 +27,7 @@ from ._weights import weight_bytes
 from .chips import ChipModel, chip_model
 from .memory import CATEGORIES, Consumer, IpuMemory
 from .report import SimulationReport
-from .timing import (allreduce_seconds, serial_passes, stage_times,
+from .timing import (HostIO, allreduce_seconds, serial_passes, stage_times,
                      update_seconds)
 
 __all__ = ["simulate"]
@@ -188,11 +189,15 @@ def _consumers(spec: StepSpec, ipu: int, weights: _Weights,
 
 
 def _short_location(text: str) -> str:
-    """``file:line in func: code`` from a formatted source location."""
+    """``file:line in func: code`` from a formatted source location; files
+    below the working directory are shown relative to it."""
     lines = [line.strip() for line in text.strip().splitlines()]
     if not lines:
         return ""
     where = lines[0][3:] if lines[0].startswith("at ") else lines[0]
+    path = where.split(":", 1)[0]
+    if os.path.isabs(path) and path.startswith(os.getcwd() + os.sep):
+        where = os.path.relpath(path) + where[len(path):]
     return f"{where}: {lines[1]}" if len(lines) > 1 else where
 
 
@@ -260,7 +265,8 @@ def simulate(spec: StepSpec) -> SimulationReport:
     temps, passes = _temporaries(spec, place, chip)
     memory = _memory(spec, place, chip, values, weights, temps)
     stages = stage_times(values, place, chip, passes, spec.training,
-                         checkpointed_stages(place), set(weights.inputs))
+                         checkpointed_stages(place),
+                         HostIO(set(weights.inputs), spec.output_share()))
     plan = _plan(spec, stages, weights, chip)
     bubble = plan.bubble_fraction if plan.schedule == "pipelined" else 0.0
     update, reduce = _step_extras(spec, weights, chip)

@@ -62,7 +62,8 @@ class StepSpec:
         strategy: the execution strategy (``opts._execution_strategy``).
         optimizer: the host optimizer (training).
         available_memory: IPU -> ``availableMemoryProportion``.
-        output_mode: the model's ``OutputMode``.
+        output_mode: the model's ``OutputMode`` (and ``output_period`` for
+            ``EveryN``).
         excludes: path fragments never shown as the user's source line.
     """
     graph: torch.fx.GraphModule
@@ -80,6 +81,7 @@ class StepSpec:
         default_factory=dict)
     ipu_version: int = 2
     output_mode: OutputMode = OutputMode.All
+    output_period: int = 1
     excludes: Sequence[str] = ()
 
     @property
@@ -92,6 +94,15 @@ class StepSpec:
         call for inference (D)."""
         return self.gradient_accumulation if self.training else \
             self.device_iterations
+
+    def output_share(self) -> float:
+        """Share of the micro-batches whose outputs go to the host."""
+        if self.output_mode == OutputMode.All:
+            return 1.0
+        if self.output_mode == OutputMode.EveryN:
+            return 1.0 / max(self.output_period, 1)
+        # Final and Sum: once per call.
+        return 1.0 / (self.device_iterations * self.gradient_accumulation)
 
     def amp(self, ipu: int) -> float:
         """``availableMemoryProportion`` of ``ipu``."""

@@ -13,7 +13,10 @@ Per stage and micro-batch it adds:
 
 - values received from another IPU over IPU-Links (and their gradients
   sent back in the backward);
-- inputs streamed from the host and outputs streamed back.
+- inputs streamed from the host and outputs streamed back (outputs only
+  for the micro-batches the output mode returns: all of them for
+  ``OutputMode.All``, one in ``N`` for ``EveryN``, one per call for
+  ``Final`` and ``Sum``).
 
 Per optimizer step: the update (every weight, gradient, accumulator and
 optimizer state read and written once, at memory bandwidth) and, with
@@ -40,7 +43,7 @@ from ._liveness import GraphValues
 from ._placement import NodePlacement
 from .chips import ChipModel
 
-__all__ = ["StageTime"]
+__all__ = ["StageTime", "HostIO"]
 
 
 @dataclasses.dataclass
@@ -119,18 +122,26 @@ def _value_bytes(node: torch.fx.Node) -> int:
                for t in _costs._tensors(node.meta.get("val")))
 
 
+@dataclasses.dataclass
+class HostIO:
+    """What one micro-batch moves over the host link: its ``inputs``
+    (placeholders) and ``output_share`` of its outputs."""
+    inputs: Set[torch.fx.Node]
+    output_share: float = 1.0
+
+
 def stage_times(values: GraphValues, place: NodePlacement, chip: ChipModel,
                 passes: Dict[torch.fx.Node, int], training: bool,
-                recomputed: Set[int], host_nodes: Set[torch.fx.Node]
-                ) -> List[StageTime]:
+                recomputed: Set[int], host: HostIO) -> List[StageTime]:
     """Per forward stage, the time of one micro-batch.
 
     Args:
         passes: serial passes of each matrix product (AMP).
         recomputed: stages whose forward runs again in the backward.
-        host_nodes: placeholders streamed from the host (the inputs).
+        host: the host transfers of a micro-batch.
     """
     stages = [StageTime(s.index, s.ipu, phase=s.phase) for s in place.stages]
+    received: Set[tuple] = set()
     for node in values.nodes:
         stage = stages[place.stage_of.get(node, 0)]
         seconds = op_seconds(node, chip, passes.get(node, 1))
@@ -140,24 +151,30 @@ def stage_times(values: GraphValues, place: NodePlacement, chip: ChipModel,
             stage.backward += seconds * _backward_factor(node, values)
             if stage.index in recomputed:
                 stage.backward += seconds
-        _add_transfers(node, stage, place, chip, host_nodes,
-                       training and bool(values.grad_keys))
+        _add_transfers(node, stage, place, chip, host,
+                       training and bool(values.grad_keys), received)
     return stages
 
 
 def _add_transfers(node: torch.fx.Node, stage: StageTime,
                    place: NodePlacement, chip: ChipModel,
-                   host_nodes: Set[torch.fx.Node], backward: bool) -> None:
+                   host: HostIO, backward: bool, received: Set[tuple]
+                   ) -> None:
+    """Books ``node``'s transfers on ``stage``; ``received`` holds the
+    ``(value, IPU)`` pairs already sent over IPU-Links."""
     for source in node.all_input_nodes:
         size = _value_bytes(source)
-        if source in host_nodes and _first_user(source) is node:
+        if source in host.inputs and _first_user(source) is node:
             stage.host += size / chip.host_bandwidth
         elif source.op != "placeholder" and \
-                place.ipus.get(source, 0) != stage.ipu:
+                place.ipus.get(source, 0) != stage.ipu and \
+                (source, stage.ipu) not in received:
+            received.add((source, stage.ipu))
             trips = 2 if backward else 1
             stage.exchange += trips * size / chip.ipu_link_bandwidth
     if any(user.op == "output" for user in node.users):
-        stage.host += _value_bytes(node) / chip.host_bandwidth
+        stage.host += host.output_share * _value_bytes(node) / \
+            chip.host_bandwidth
 
 
 def _first_user(node: torch.fx.Node) -> Optional[torch.fx.Node]:

@@ -71,6 +71,7 @@ def step_spec(executor: Any, captured: Any, placement: Any, state: Any,
         available_memory=dict(opts.available_memory_proportion),
         ipu_version=_ipu_version(opts),
         output_mode=OutputMode(opts.output_mode),
+        output_period=opts.output_return_period,
         excludes=tuple(opts._source_location_excludes))
 
 

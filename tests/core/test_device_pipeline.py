@@ -100,29 +100,41 @@ class _Records(logging.Handler):
 
 
 def _mk1_model(check=None):
-    """A 196 MB weight whose product also wants 196 MB of temporaries:
-    more than a Mk1 IPU's 319 MB."""
+    """A 100 MB weight trained with Adam: weight, gradient and two moments,
+    400 MB, more than a Mk1 IPU's 319 MB."""
     opts = poptorch.Options()
     opts.Simulator.ipuVersion(1)
     if check is not None:
         opts.Simulator.memoryCheck(check)
-    return poptorch.inferenceModel(torch.nn.Linear(7000, 7000, bias=False),
-                                   opts)
+    model = torch.nn.Linear(5000, 5000, bias=False)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = model
+
+        def forward(self, x):
+            out = self.linear(x)
+            return out, poptorch.identity_loss(out.sum(), reduction="none")
+
+    wrapped = WithLoss()
+    return poptorch.trainingModel(wrapped, opts,
+                                  torch.optim.Adam(wrapped.parameters()))
 
 
 def test_warn_is_the_default_it_logs_and_runs():
     model = _mk1_model()
     with _Records() as records:
-        out = model(torch.ones(1, 7000))
-    assert out.shape == (1, 7000)
-    assert any("Out of memory on IPU0 (Mk1 GC2)" in m and "(model)" in m
+        out, _ = model(torch.ones(1, 5000))
+    assert out.shape == (1, 5000)
+    assert any("Out of memory on IPU0 (Mk1 GC2)" in m and "linear:" in m
                for m in records.messages)
 
 
 def test_off_is_silent():
     model = _mk1_model("off")
     with _Records() as records:
-        model(torch.ones(1, 7000))
+        model(torch.ones(1, 5000))
     assert not any("Out of memory" in m for m in records.messages)
     assert not model.simulationReport().fits
 
