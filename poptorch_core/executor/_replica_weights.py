@@ -136,18 +136,20 @@ def _groups_of(assignment: Sequence[int], num_groups: int
             for group in range(num_groups)]
 
 
-def resolve(executor: Any, param_names: Sequence[Sequence[str]],
+def resolve(requested: Dict[str, Any], ir: Any,
+            param_names: Sequence[Sequence[str]],
             host_params: Sequence[torch.Tensor]) -> Dict[int, GroupedWeight]:
     """Parameter index -> :class:`GroupedWeight` for every
-    ``replicaGrouping`` recorded on ``executor``."""
-    requested = dict(executor.per_replica_params)
+    ``replicaGrouping`` request (name -> ``(CommGroupType, shards,
+    VariableRetrievalMode)``), grouped by ``ir``'s replica groupings."""
+    requested = dict(requested)
     grouped = {}
     for index, names in enumerate(param_names):
         name = next((n for n in names if n in requested), None)
         if name is None:
             continue
         comm_group_type, shards, mode = requested.pop(name)
-        grouping = _grouping(executor.ir, comm_group_type, shards)
+        grouping = _grouping(ir, comm_group_type, shards)
         grouped[index] = GroupedWeight(name, grouping, mode,
                                        host_params[index])
     if requested:

@@ -6,7 +6,7 @@ the out-of-memory ``poptorch.Error`` before the model can run, ``"warn"``
 logs it. :meth:`DeviceEstimate.report` is what
 ``poptorch_model.simulationReport()`` returns.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from .. import device
 from ..enums import OutputMode
@@ -38,12 +38,12 @@ def _ipu_version(options: Any) -> int:
     return options.Simulator.ipu_version
 
 
-def _param_specs(executor: Any, captured: Any, state: Any,
-                 groups: Dict[int, Any]) -> list:
+def _param_specs(captured: Any, device_state: Any) -> list:
     specs = []
     for index, (names, host, dev) in enumerate(zip(
-            captured.param_names, state.host_params, state.params)):
-        grouping = groups.get(index)
+            captured.param_names, device_state.host_params,
+            device_state.params)):
+        grouping = device_state.grouped.get(index)
         specs.append(device.ParamSpec(
             names[0], host, trainable=dev.requires_grad,
             groups=grouping.num_groups if grouping else 1,
@@ -51,38 +51,35 @@ def _param_specs(executor: Any, captured: Any, state: Any,
     return specs
 
 
-def step_spec(executor: Any, captured: Any, placement: Any, state: Any,
-              layout: Any, groups: Dict[int, Any]) -> device.StepSpec:
-    """The :class:`~poptorch_core.device.StepSpec` of a compiled model.
-
-    Args:
-        groups: replica-grouped weights: parameter index -> its
-            ``_replica_weights.GroupedWeight``.
-    """
-    opts = executor._options
+def step_spec(state: Any, captured: Any, placement: Any, device_state: Any,
+              layout: Any) -> device.StepSpec:
+    """The :class:`~poptorch_core.device.StepSpec` of a compiled model
+    (``state``: the ``ExecutorState``; ``device_state``: its weights, with
+    their replica groupings)."""
+    opts = state.options
     return device.StepSpec(
-        graph=captured.graph_module, training=executor._training,
-        params=_param_specs(executor, captured, state, groups),
+        graph=captured.graph_module, training=state.training,
+        params=_param_specs(captured, device_state),
         num_buffers=len(captured.buffer_names),
         device_iterations=layout.device_iterations,
         gradient_accumulation=layout.gradient_accumulation,
         replicas=layout.replicas, blocks=dict(placement.blocks),
-        strategy=opts._execution_strategy,
+        strategy=opts.execution_strategy,
         available_memory=dict(opts.available_memory_proportion),
         ipu_version=_ipu_version(opts),
         output_mode=OutputMode(opts.output_mode),
         output_period=opts.output_return_period,
-        excludes=tuple(opts._source_location_excludes))
+        excludes=opts.source_location_excludes)
 
 
-def after_compile(executor: Any, captured: Any, placement: Any, state: Any,
-                  layout: Any, groups: Dict[int, Any]) -> DeviceEstimate:
+def after_compile(state: Any, captured: Any, placement: Any,
+                  device_state: Any, layout: Any) -> DeviceEstimate:
     """Describes the compiled model and applies ``memoryCheck``."""
-    link = executor._optimizer_link
+    link = state.optimizer_link
     estimate = DeviceEstimate(
-        step_spec(executor, captured, placement, state, layout, groups),
+        step_spec(state, captured, placement, device_state, layout),
         (lambda: link.optimizer) if link is not None else (lambda: None))
-    mode = executor._options.Simulator.memory_check
+    mode = state.options.Simulator.memory_check
     if mode != "off":
         device.check_memory(estimate.report(), mode)
     return estimate

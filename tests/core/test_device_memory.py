@@ -193,7 +193,7 @@ def _profiled_peak(step) -> int:
 def _measure_step(wrapped, inputs, training):
     """Runs the compiled model's own traced step once on the CPU (forward,
     and backward when training) under the profiler."""
-    program = wrapped._program
+    program = wrapped._state.program
     params, buffers = program.state.params, program.state.buffers()
     flat = program.device_inputs(list(inputs))
     for p in params:

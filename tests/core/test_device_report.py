@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import poptorch
-from poptorch_core import _options_simulator
+from poptorch_core.options import _simulator as _options_simulator
 from poptorch_core.device import CHIPS, chip_model
 
 
