@@ -17,7 +17,7 @@ Example::
     [24, 32]
 """
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import torch
 import torch.fx
@@ -138,10 +138,14 @@ def _tensors(value: Any) -> List[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
-def _shape_dtype(spec: Any) -> Tuple[Tuple[int, ...], torch.dtype]:
+def _fake_like(spec: Any) -> torch.Tensor:
+    """A fake tensor (the fake mode is active) shaped like ``spec``: a
+    tensor, whose device it keeps (factories in the graph create tensors on
+    the simulator's host device), or a shape for float32."""
     if isinstance(spec, torch.Tensor):
-        return tuple(spec.shape), spec.dtype
-    return tuple(spec), torch.float32
+        return torch.empty(tuple(spec.shape), dtype=spec.dtype,
+                           device=spec.device)
+    return torch.empty(tuple(spec), dtype=torch.float32)
 
 
 def trace_values(gm: torch.fx.GraphModule, inputs: Sequence[Any],
@@ -165,10 +169,9 @@ def trace_values(gm: torch.fx.GraphModule, inputs: Sequence[Any],
                                                          lambda t: t):
             fakes = []
             for spec, grad in zip(inputs, trainable):
-                shape, dtype = _shape_dtype(spec)
-                fake = torch.empty(shape, dtype=dtype)
-                fakes.append(fake.requires_grad_(grad and
-                                                 dtype.is_floating_point))
+                fake = _fake_like(spec)
+                fakes.append(fake.requires_grad_(
+                    grad and fake.dtype.is_floating_point))
             with _Allocations(recorder):
                 recorder.run(*fakes)
     except Exception as error:  # noqa: BLE001  any op without a fake kernel
