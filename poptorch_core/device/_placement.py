@@ -1,9 +1,10 @@
 """Which IPU, pipeline stage and phase each node of a traced step runs on.
 
-Ops take the IPU of the block they were traced in (spec 7.1: ops before the
+Ops take the IPU of the block they were traced in (ops before the
 first block run on IPU 0); a parameter, buffer or input lives on the IPU of
-its first consumer. As in spec 7.4, a new pipeline stage starts each time
-the IPU changes between consecutive ops.
+its first consumer. As PopTorch counts pipeline stages, a new stage starts
+each time the IPU changes between consecutive ops (or, with phased
+execution, the phase).
 
 Example::
 
@@ -67,7 +68,8 @@ class NodePlacement:
         stages: List[Stage] = []
         stage_of: Dict[torch.fx.Node, int] = {}
         for node in ops:
-            if not stages or stages[-1].ipu != ipus[node]:
+            if not stages or (stages[-1].ipu, stages[-1].phase) != \
+                    (ipus[node], phases[node]):
                 stages.append(Stage(len(stages), ipus[node], [],
                                     phases[node]))
             stages[-1].nodes.append(node)

@@ -37,7 +37,7 @@ class ParamSpec:
         host: the host parameter (the optimizer refers to it).
         trainable: whether it gets a gradient.
         groups: distinct values across the replicas (replica-grouped
-            weights, spec 7.8); 1 for an ordinary weight.
+            weights); 1 for an ordinary weight.
         group_size: replicas sharing one value (its gradients are reduced
             within the group); None for all replicas.
     """
@@ -115,13 +115,19 @@ class StepSpec:
         return isinstance(self.strategy, PipelinedExecution) and \
             not isinstance(self.strategy, ShardedExecution)
 
-    def phase_of(self) -> Optional[Any]:
-        """block id -> phase for phased strategies, else None."""
-        return getattr(self.strategy, "_phaseOf", None)
+    def _backend_options(self) -> Dict[str, Any]:
+        return self.strategy.backendOptions() if self.strategy is not None \
+            else {}
 
     def is_phased(self) -> bool:
-        return self.phase_of() is not None
+        """Serial or parallel phased execution."""
+        return self._backend_options().get("execution_mode") == 2
 
     def parallel_phases(self) -> bool:
-        return self.is_phased() and not getattr(self.strategy, "_serial",
-                                                True)
+        return self.is_phased() and not self._backend_options().get(
+            "serial_phases_execution", True)
+
+    def phase_of(self) -> Optional[Any]:
+        """block id -> phase for phased strategies, else None."""
+        # The strategy's own lookup: phases have no public per-block view.
+        return self.strategy._phaseOf if self.is_phased() else None

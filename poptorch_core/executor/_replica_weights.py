@@ -1,4 +1,4 @@
-"""Replica-grouped weights (spec 7.8): one value of a weight per replica
+"""Replica-grouped weights: one value of a weight per replica
 group.
 
 ``executor.<param>.replicaGrouping(comm_group_type, shards, mode)`` splits

@@ -187,3 +187,9 @@ def test_strategies_schedule_the_same_stages_differently():
         poptorch.Phase(poptorch.Stage("b").ipu(1))))
     assert phased.schedule == "serial phased"
     assert any(bar.kind == "weights" for bar in phased.gantt)
+    # Two phases on one IPU: only one phase's weights are on chip at once.
+    shared = _strategy_report(poptorch.SerialPhasedExecution(
+        poptorch.Phase(poptorch.Stage("a").ipu(0)),
+        poptorch.Phase(poptorch.Stage("b").ipu(0))))
+    (ipu,) = shared.memory
+    assert ipu.breakdown["parameters"] == (256 * 256 + 256) * 4

@@ -1,5 +1,6 @@
-"""Replica-grouped weights (spec 7.8): each group of replicas trains its own
-copy of a weight. The references train separate copies by hand."""
+"""Replica-grouped weights (PopTorch's replicaGrouping): each group of
+replicas trains its own copy of a weight. The references train separate
+copies by hand."""
 import pytest
 import torch
 
@@ -22,7 +23,7 @@ class Model(torch.nn.Module):
 
 
 def _assignment(comm_group_type, replicas=R, size=K):
-    """The group of each replica, from spec 7.8's definition."""
+    """The group of each replica, as PopTorch defines the groups."""
     if comm_group_type == CommGroupType.Consecutive:
         return [r // size for r in range(replicas)]
     if comm_group_type == CommGroupType.Orthogonal:
