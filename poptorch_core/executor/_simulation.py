@@ -9,6 +9,7 @@ logs it. :meth:`DeviceEstimate.report` is what
 from typing import Any, Optional
 
 from .. import device
+from .._logging import logger
 from ..enums import OutputMode
 
 __all__: list = []
@@ -80,6 +81,17 @@ def after_compile(state: Any, captured: Any, placement: Any,
         step_spec(state, captured, placement, device_state, layout),
         (lambda: link.optimizer) if link is not None else (lambda: None))
     mode = state.options.Simulator.memory_check
-    if mode != "off":
-        device.check_memory(estimate.report(), mode)
+    if mode == "off":
+        return estimate
+    try:
+        report = estimate.report()
+    except Exception as error:  # noqa: BLE001
+        if mode == "error":
+            raise
+        # An estimate that fails must not stop a model that runs.
+        logger.warning("The simulated IPU could not estimate this model "
+                       "(%s: %s); it runs without a memory check.",
+                       type(error).__name__, error)
+        return estimate
+    device.check_memory(report, mode)
     return estimate

@@ -1,7 +1,5 @@
 """The simulated IPU's pipeline: out of memory on one Mk2 IPU, fitting
 over four, and the fill/drain bubble against its closed form."""
-import logging
-
 import pytest
 import torch
 
@@ -81,24 +79,6 @@ def test_too_large_for_one_ipu_then_fits_pipelined_over_four():
     assert "IPU3" in text and "pipelined" in text
 
 
-class _Records(logging.Handler):
-    """Collects what ``poptorch.logger`` logs (it does not propagate)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def __enter__(self):
-        poptorch.logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc):
-        poptorch.logger.removeHandler(self)
-
-
 def _mk1_model(check=None):
     """A 100 MB weight trained with Adam: weight, gradient and two moments,
     400 MB, more than a Mk1 IPU's 319 MB."""
@@ -122,20 +102,18 @@ def _mk1_model(check=None):
                                   torch.optim.Adam(wrapped.parameters()))
 
 
-def test_warn_is_the_default_it_logs_and_runs():
+def test_warn_is_the_default_it_logs_and_runs(log_records):
     model = _mk1_model()
-    with _Records() as records:
-        out, _ = model(torch.ones(1, 5000))
+    out, _ = model(torch.ones(1, 5000))
     assert out.shape == (1, 5000)
-    assert any("Out of memory on IPU0 (Mk1 GC2)" in m and "linear:" in m
-               for m in records.messages)
+    assert any("Out of memory on IPU0 (Mk1 GC2)" in r.getMessage() and
+               "linear:" in r.getMessage() for r in log_records)
 
 
-def test_off_is_silent():
+def test_off_is_silent(log_records):
     model = _mk1_model("off")
-    with _Records() as records:
-        model(torch.ones(1, 5000))
-    assert not any("Out of memory" in m for m in records.messages)
+    model(torch.ones(1, 5000))
+    assert not any("Out of memory" in r.getMessage() for r in log_records)
     assert not model.simulationReport().fits
 
 

@@ -193,3 +193,21 @@ def test_strategies_schedule_the_same_stages_differently():
         poptorch.Phase(poptorch.Stage("b").ipu(0))))
     (ipu,) = shared.memory
     assert ipu.breakdown["parameters"] == (256 * 256 + 256) * 4
+
+
+def test_a_failing_estimate_never_stops_a_model_under_warn(monkeypatch,
+                                                         log_records):
+    from poptorch_core import device
+
+    def broken(spec):
+        raise RuntimeError("no estimate")
+
+    monkeypatch.setattr(device, "simulate", broken)
+    out, _ = poptorch.inferenceModel(Net())(*_inputs(4))
+    assert out.shape == (4, 4)
+    assert any("could not estimate this model (RuntimeError: no estimate)"
+               in r.getMessage() for r in log_records)
+    opts = poptorch.Options()
+    opts.Simulator.memoryCheck("error")
+    with pytest.raises(RuntimeError, match="no estimate"):
+        poptorch.inferenceModel(Net(), opts)(*_inputs(4))
