@@ -25,14 +25,13 @@ import torch.fx
 from .._impl import _cpp_error
 from ..errors import Error
 from ..ops.slicing import _wrapped_positions
+from ._inplace import STEP_ERROR
 from ._host_values import graph_node, is_ipu_value, run_on_host
 
 __all__: List[str] = []
 
 aten = torch.ops.aten
 
-STEP_ERROR = ("In-place modification of slices with step size other than 1 "
-              "is not supported.")
 _FIX = ("Write the end as the start plus a constant (x[s:s + K]), use "
         "x.narrow(dim, s, K), or poptorch.dynamic_slice(x, dim, s, K, 1)")
 
@@ -147,8 +146,11 @@ def _dynamic_slice(entry: slice, dim: int, op: str, tracer: Any,
     if _is_dynamic_bound(entry.step, tracer):
         raise _error(f"{op}: the step of a slice must be known at compile "
                      f"time. {_FIX}.", location)
-    size = _offset(graph_node(stop, tracer), graph_node(start, tracer),
-                   tracer)
+    start_node, stop_node = graph_node(start, tracer), graph_node(stop, tracer)
+    size = _offset(stop_node, start_node, tracer)
+    if size is None:  # the start may be the end plus a constant
+        back = _offset(start_node, stop_node, tracer)
+        size = None if back is None else -back
     if size is None:
         raise _error(
             f"{op}: the end of a slice with a start only known at run time "

@@ -121,7 +121,7 @@ class IpuFunctionMode(TorchFunctionMode):
                                name)
         if self._on_op is not None:
             self._on_op()
-        return func(*args, **kwargs)
+        return self._call(func, args, kwargs)
 
     def _host_call(self, func, args, kwargs, tensors):
         """An op on host constants only: evaluated now, as in eager mode;
