@@ -17,6 +17,10 @@ import torch
 import poptorch
 
 MODULES = [
+    "poptorch_core.tracing._host_values",
+    "poptorch_core.tracing._dynamic_index",
+    "poptorch_core.tracing._inplace",
+    "poptorch_core.data._structure",
     "poptorch_core._impl",
     "poptorch_core.executor._ipu_count",
     "poptorch_core._logging",

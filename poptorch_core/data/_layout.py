@@ -19,7 +19,8 @@ from typing import Any, Hashable, List, Optional, Sequence
 
 import torch
 
-from .._args_parser import flattenTensors, getCustomParser, rebuildStructure
+from .._args_parser import getCustomParser
+from ._structure import flatten, object_fields, rebuild
 
 __all__ = ["ElementLayout", "LayoutError"]
 
@@ -47,6 +48,12 @@ def _signature(struct: Any, path: str) -> Hashable:
         return (type(struct), tuple(
             (key, _signature(value, f"{path}[{key!r}]"))
             for key, value in struct.items()))
+    fields = object_fields(struct)
+    if fields is not None:
+        return ("object", type(struct).__module__, type(struct).__qualname__,
+                tuple((key, _signature(value, f"{path}.{key}"))
+                      for key, value in fields.items()
+                      if flatten(value)))
     raise LayoutError(
         f"holds a value of type {type(struct).__name__} at {path or 'the top level'}: "
         "an AsynchronousDataAccessor only transfers tensors (a tensor, a tuple "
@@ -68,7 +75,7 @@ class ElementLayout:
             self._signature = _signature(first, "")
         except LayoutError as error:
             raise LayoutError(f"The first element {error}") from None
-        tensors = flattenTensors(first)
+        tensors = flatten(first)
         if not tensors:
             raise LayoutError("The first element holds no tensors: there is "
                               "nothing to transfer.")
@@ -114,7 +121,7 @@ class ElementLayout:
                 "first element (different container types, keys or "
                 "lengths): the AsynchronousDataAccessor needs every element "
                 "to have the same structure.")
-        tensors = flattenTensors(element)
+        tensors = flatten(element)
         if len(tensors) != len(self._shapes):
             raise LayoutError(
                 f"The element at {where} has {len(tensors)} tensors but the "
@@ -159,4 +166,4 @@ class ElementLayout:
         """An element like the first one whose tensors alias ``slot``."""
         views = (t if t.dim() == 0 or t.shape[0] == n else t[:n]
                  for t, n in zip(slot, lengths))
-        return rebuildStructure(self.template, views)
+        return rebuild(self.template, views)

@@ -11,10 +11,13 @@ Forms that cannot be expressed this way (an end that is not the start plus
 a constant, a dynamic start with an open end, a dynamic step) raise
 :class:`poptorch_core.Error` naming the op and the fix.
 
-Example (traced for the IPU; ``s`` is an input)::
+Example::
 
-    >>> x = torch.arange(8.)
-    >>> # x[s:s + 4] with s == 6 returns tensor([6., 7., 0., 1.])
+    >>> class Window(torch.nn.Module):
+    ...     def forward(self, x, s):
+    ...         return x[s:s + 4]
+    >>> poptorch.inferenceModel(Window())(torch.arange(8.), torch.tensor([6]))
+    tensor([6., 7., 0., 1.])
 """
 import dataclasses
 from typing import Any, List, Optional, Sequence, Tuple

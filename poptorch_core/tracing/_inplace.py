@@ -4,6 +4,17 @@ PopTorch turns an in-place change of a view (``x[1:3] = v``,
 ``x[:, 0] += 1``, ``x[0].fill_(2)``) into a functional update of the
 viewed tensor, and cannot do so for a slice whose step is not 1
 (``x[::2] = 0``): that raises PopTorch's error, with the user's line.
+
+Example::
+
+    >>> class Model(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         x[::2] = 0
+    ...         return x
+    >>> poptorch.inferenceModel(Model())(torch.ones(4))
+    Traceback (most recent call last):
+    ...
+    poptorch_core.errors.Error: ...In-place modification of slices with step size other than 1 is not supported...
 """
 from typing import List, Optional, Sequence
 
