@@ -16,6 +16,7 @@ from .._logging import logger
 from ..optim import Optimizer
 from ..optim._attributes import OptimizerAttrTracker, convertOptimizerToDict
 from ..optim._device import DeviceOptimizer
+from ..optim._loss_scaling import loss_scaling_settings
 from ..options import Options
 
 __all__: list = []
@@ -71,8 +72,9 @@ class OptimizerLink:
                          zip(state.host_params, state.params)}
         param_names = {id(host): name[0] for host, name in
                        zip(state.host_params, names)}
-        self.device_optimizer = DeviceOptimizer(self.optimizer, device_params,
-                                                param_names)
+        self.device_optimizer = DeviceOptimizer(
+            self.optimizer, device_params, param_names,
+            auto_loss_scaling=loss_scaling_settings(self._owner.options))
         return self.device_optimizer
 
     def on_attach(self) -> None:

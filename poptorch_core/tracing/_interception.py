@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .._logging import logger
-from . import _dynamic_index, _host_values, rules
+from . import _dynamic_index, _half_casting, _host_values, rules
 
 __all__: list = []
 
@@ -99,7 +99,9 @@ class IpuFunctionMode(TorchFunctionMode):
             return special
         if self._on_op is not None:
             self._on_op()
-        out = self._call(func, args, kwargs)
+        cast_call = _half_casting.cast_mixed(func, args, kwargs)
+        out = self._call(func, args, kwargs) if cast_call is None else \
+            self._call(cast_call, (), {}, name=_name(func))
         if func in LOSS_FUNCTIONS and isinstance(out, torch.Tensor):
             # reduction 2 ("none") is an identity: the loss keeps the value
             # and the reduction torch computed, and becomes findable.
@@ -189,13 +191,13 @@ class IpuFunctionMode(TorchFunctionMode):
                                                      self._location())
         return _NOT_SPECIAL
 
-    def _call(self, func, args, kwargs):
+    def _call(self, func, args, kwargs, name=None):
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
             if _TRACER_VALUE_READ not in str(error):
                 raise
-            name = getattr(func, "__name__", str(func))
+            name = name or _name(func)
             raise rules.rule_error(
                 f"{name} needs the value of an IPU tensor on the host (for "
                 "example as a size, an index or a slice bound), and IPU "
@@ -203,6 +205,10 @@ class IpuFunctionMode(TorchFunctionMode):
                 "the value as a Python int, keep it as a tensor and use "
                 "torch.where / poptorch.dynamic_slice, or slice with a "
                 "constant length (x[s:s + K]).", self._location()) from None
+
+
+def _name(func: Callable) -> str:
+    return getattr(func, "__name__", str(func))
 
 
 _NOT_SPECIAL = object()
