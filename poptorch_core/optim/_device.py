@@ -259,6 +259,36 @@ class DeviceOptimizer:
             self._slot(pid, slot_key, hp).copy_(value)
         self._packed = None  # the loaded step counts may differ
 
+    def write_torch_state(self, state: Mapping[torch.Tensor,
+                                               Mapping[str, object]]) -> None:
+        """Loads a state in torch's format (``torch.optim.Optimizer.state``:
+        host parameter -> ``{"exp_avg": ..., "step": ...}``), e.g. from an
+        optimizer trained on the CPU.
+
+        Raises:
+            ValueError: a parameter that is not the model's, or a state
+                entry this optimizer type does not have.
+        """
+        names = popart_names(self._resolved.kind)
+        converted: Dict[str, torch.Tensor] = {}
+        for param, entries in state.items():
+            pid = self._param_id(param)
+            for key, value in entries.items():
+                # torch's SGD without momentum stores None; RMSprop counts
+                # steps it never uses.
+                if value is None or (key == "step" and key not in names):
+                    continue
+                if key not in names:
+                    raise ValueError(
+                        f"Cannot load the optimizer state entry {key!r} into "
+                        f"a {self._resolved.kind.name} optimizer: it has no "
+                        "such state. Load a state from the same optimizer "
+                        "type (amsgrad is not supported).")
+                converted[f"{names[key]}___{self._param_names[pid]}"] = \
+                    torch.as_tensor(value, dtype=torch.float32) \
+                    if key == "step" else value
+        self.write_state(converted)
+
     # -- internals ----------------------------------------------------------
     def _param_id(self, param: torch.Tensor) -> int:
         pid = id(param)
