@@ -24,6 +24,7 @@ MODULES = [
     "poptorch_core.tracing._half_casting",
     "poptorch_core.optim._loss_scaling",
     "poptorch_core.optim._constants",
+    "poptorch_core.options._validation",
     "poptorch_core._impl",
     "poptorch_core.executor._ipu_count",
     "poptorch_core._logging",

@@ -16,6 +16,7 @@ from .._logging import logger
 from ..annotations import _block_tracking
 from ..enums import OutputMode
 from ..ir._ir import executable_ir
+from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
 from . import _pipeline
 from ._args import BoundArgs, InputSignature
@@ -138,6 +139,8 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         keep_host_memory()
     captured, device_state, param_names, _ = _capture(state, bound, layout,
                                                       device)
+    validate_backend_options(opts, [name for names in captured.buffer_names
+                                    for name in names])
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:
         if opts.broadcast_buffers:
             raise _impl._cpp_error(_BROADCAST_BUFFERS_MSG)

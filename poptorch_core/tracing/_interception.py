@@ -165,6 +165,8 @@ class IpuFunctionMode(TorchFunctionMode):
                 "the loss from forward (wrap it in poptorch.identity_loss if "
                 "it is not a torch loss) and run the model with "
                 "poptorch.trainingModel.", self._location())
+        if func is F.one_hot:
+            rules.check_one_hot(args, kwargs, self._location())
         cpu_tensor = self._cpu_tensors.first_mixed(tensors)
         if cpu_tensor is not None:
             raise rules.rule_error(
@@ -195,6 +197,13 @@ class IpuFunctionMode(TorchFunctionMode):
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
+            if name is None and func is F.one_hot and \
+                    "smaller than num_classes" in str(error):
+                raise rules.rule_error(
+                    "one_hot: a class value of the traced inputs is not "
+                    f"smaller than num_classes ({_one_hot_classes(args, kwargs)})"
+                    ". Pass the number of classes as num_classes.",
+                    self._location()) from None
             if _TRACER_VALUE_READ not in str(error):
                 raise
             name = name or _name(func)
@@ -205,6 +214,10 @@ class IpuFunctionMode(TorchFunctionMode):
                 "the value as a Python int, keep it as a tensor and use "
                 "torch.where / poptorch.dynamic_slice, or slice with a "
                 "constant length (x[s:s + K]).", self._location()) from None
+
+
+def _one_hot_classes(args, kwargs):
+    return args[1] if len(args) > 1 else kwargs.get("num_classes")
 
 
 def _name(func: Callable) -> str:
