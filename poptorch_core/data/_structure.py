@@ -20,12 +20,11 @@ Example::
     >>> rebuilt.x.tolist(), rebuilt.name
     ([1.0, 1.0, 1.0], 'first')
 """
-import copy
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
-from .._args_parser import getCustomParser
+from .._args_parser import flattenTensors, rebuildStructure
 
 __all__ = ["flatten", "rebuild", "object_fields"]
 
@@ -44,57 +43,10 @@ def object_fields(struct: Any) -> Optional[Dict[str, Any]]:
 
 def flatten(struct: Any) -> List[torch.Tensor]:
     """Every tensor of ``struct``, depth first."""
-    out: List[torch.Tensor] = []
-    _flatten_into(struct, out)
-    return out
-
-
-def _flatten_into(struct: Any, out: List[torch.Tensor]) -> None:
-    if isinstance(struct, torch.Tensor):
-        out.append(struct)
-        return
-    parser = getCustomParser(struct)
-    if parser is not None:
-        out.extend(parser.yieldTensors(struct))
-    elif isinstance(struct, (tuple, list)):
-        for item in struct:
-            _flatten_into(item, out)
-    elif isinstance(struct, dict):
-        for item in struct.values():
-            _flatten_into(item, out)
-    else:
-        fields = object_fields(struct)
-        for item in (fields or {}).values():
-            _flatten_into(item, out)
+    return flattenTensors(struct, object_fields)
 
 
 def rebuild(struct: Any, tensors: Iterator[torch.Tensor]) -> Any:
     """Inverse of :func:`flatten`: ``struct`` with each tensor replaced by
     the next one of ``tensors`` (container and object types are kept)."""
-    if isinstance(struct, torch.Tensor):
-        return next(tensors)
-    parser = getCustomParser(struct)
-    if parser is not None:
-        return parser.reconstruct(struct, tensors)
-    if isinstance(struct, tuple):
-        items = [rebuild(item, tensors) for item in struct]
-        if hasattr(struct, "_fields"):  # namedtuple
-            return type(struct)(*items)
-        return tuple(items) if type(struct) is tuple else type(struct)(items)
-    if isinstance(struct, list):
-        items = [rebuild(item, tensors) for item in struct]
-        return items if type(struct) is list else type(struct)(items)
-    if isinstance(struct, dict):
-        rebuilt = {k: rebuild(v, tensors) for k, v in struct.items()}
-        if type(struct) is dict:
-            return rebuilt
-        out = type(struct)()
-        out.update(rebuilt)
-        return out
-    fields = object_fields(struct)
-    if fields is None:
-        return struct
-    out = copy.copy(struct)
-    for key, value in fields.items():
-        out.__dict__[key] = rebuild(value, tensors)
-    return out
+    return rebuildStructure(struct, tensors, object_fields)

@@ -50,13 +50,20 @@ def _round_trip(obj):
     return torch.load(buffer, weights_only=False)
 
 
-def test_torch_save_of_a_trained_user_model_is_a_plain_model():
+def _trained_once():
+    """A model trained one step on the IPU, its eager twin (untrained) and
+    the training wrapper."""
     torch.manual_seed(0)
     model = Net()
     reference = copy.deepcopy(model)
     training = poptorch.trainingModel(
         model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     training(*_data(0))
+    return model, reference, training
+
+
+def test_torch_save_of_a_trained_user_model_is_a_plain_model():
+    model, reference, _ = _trained_once()
     loaded = _round_trip(model)
     _eager_sgd(reference, [0])
     assert type(loaded) is Net
@@ -67,12 +74,7 @@ def test_torch_save_of_a_trained_user_model_is_a_plain_model():
 
 
 def test_torch_save_of_a_training_wrapper_continues_training():
-    torch.manual_seed(0)
-    model = Net()
-    reference = copy.deepcopy(model)
-    training = poptorch.trainingModel(
-        model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    training(*_data(0))
+    _, reference, training = _trained_once()
     loaded = _round_trip(training)
     assert isinstance(loaded, poptorch.PoplarExecutor)
     assert not loaded.isCompiled()
