@@ -6,7 +6,8 @@ constructor, or ``variable_attrs.markAsConstant(name)``), and those of a
 native torch optimizer left at their default values (``weight_decay=0``,
 ``momentum=0``, ...; ``lr`` is always variable). ``setOptimizer`` after
 compilation may change variable attributes only; changing a constant one
-(or making it variable) is an error, as on the IPU.
+(or making it variable) is an error, as on the IPU. A different optimizer
+type is not compared: the simulator starts it with a fresh state.
 
 Example::
 
@@ -40,11 +41,9 @@ def check_constant_attributes(compiled: _Description,
     """Raises :class:`poptorch.Error` if ``new`` changes an attribute that
     is constant in the ``compiled`` optimizer (see the module docstring)."""
     if compiled.get("type") != new.get("type"):
-        raise _cpp_error(
-            f"Cannot replace the {compiled.get('type')} optimizer of a "
-            f"compiled model with a {new.get('type')} optimizer: the "
-            "optimizer type is part of the executable. Call destroy() on the "
-            "model and compile it again with the new optimizer.")
+        # A new optimizer type starts afresh on the device (its state is
+        # reset), so the old type's constants do not apply to it.
+        return
     current = {(where, name): entry for where, name, entry in
                _attributes(new)}
     for where, name, (value, constant) in _attributes(compiled):

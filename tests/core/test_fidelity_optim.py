@@ -191,15 +191,6 @@ def test_constant_attributes_cannot_change_after_compilation():
         training.setOptimizer(optimizer)
 
 
-def test_set_optimizer_rejects_a_new_type_after_compilation():
-    training, optimizer = _compiled(
-        lambda params: poptorch.optim.SGD(params, lr=0.1))
-    with pytest.raises(poptorch.Error, match="Cannot replace the SGD2 "
-                       "optimizer of a compiled model with a ADAM optimizer"):
-        training.setOptimizer(poptorch.optim.Adam(optimizer.param_groups[0][
-            "params"], lr=0.1))
-
-
 def test_set_optimizer_validates_frozen_options():
     training, optimizer = _compiled(
         lambda params: poptorch.optim.SGD(params, lr=0.1))
