@@ -9,6 +9,7 @@ call the host copy is stale until it is read (``_host_sync``).
 Everything the wrapper knows lives in one :class:`~._state.ExecutorState`;
 this class is the public facade over it.
 """
+import copy
 import datetime
 import functools
 import time
@@ -132,6 +133,18 @@ class PoplarExecutor:
     def __repr__(self) -> str:
         return module_repr(self._state.user_model)
 
+    def __reduce__(self):
+        # torch.save / pickle: the model (with the device's latest weights,
+        # as a plain module), the options and the optimizer; loading gives a
+        # new wrapper that compiles on its first call, like the original
+        # before it was compiled. The executable itself is not saved: use
+        # save() / poptorch.load() for that.
+        state = self._state
+        optimizer = state.optimizer_link.optimizer if state.training else None
+        return (_unpickle_executor, (state.training, state.user_model,
+                                     state.options, optimizer,
+                                     self._poptorch_version))
+
     @property
     def model(self) -> torch.nn.Module:
         """The user's model (its weights sync from the device on access)."""
@@ -233,6 +246,9 @@ class PoplarExecutor:
             self._follow_trained_weights()
         program = state.program
         program.signature.validate(bound)
+        if state.options.popartOption("instrumentWithHardwareCycleCounter"):
+            # PopTorch's backend: no cycle counters without hardware.
+            raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)
         if state.optimizer_link is not None:
             state.optimizer_link.before_run()
         self._perf.start_call()
@@ -432,8 +448,7 @@ class PoplarExecutor:
             raise createPoptorchError(
                 "Please run the model at least once before obtaining cycle "
                 "count.")
-        raise _impl._cpp_error("Cycle count logging is only supported on "
-                               "actual IPU hardware.")
+        raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)
 
     def simulationReport(self) -> Any:
         """The simulated IPU's estimate for this compiled model: memory per
@@ -447,3 +462,16 @@ class PoplarExecutor:
         graph (0 for the ``interpret`` backend)."""
         program = self._state.program
         return program.executable.compilations if program else 0
+
+
+_CYCLE_COUNT_HW_ONLY = ("Cycle count logging is only supported on actual "
+                        "IPU hardware.")
+
+
+def _unpickle_executor(training: bool, model: torch.nn.Module,
+                       options: Options,
+                       optimizer: Optional[torch.optim.Optimizer],
+                       poptorch_version: str) -> PoplarExecutor:
+    """Rebuilds a pickled :class:`PoplarExecutor` (see ``__reduce__``)."""
+    return PoplarExecutor(copy.copy(model), options.clone(), training,
+                          poptorch_version, optimizer, user_model=model)

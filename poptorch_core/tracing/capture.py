@@ -33,7 +33,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
-from . import _interception, rules
+from . import _inplace, _interception, rules
 from ._decompositions import TRACE_DECOMPOSITIONS
 
 __all__: List[str] = []
@@ -247,6 +247,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                          *trace_params, *trace_buffers, *trace_inputs)
 
     rules.check_graph(gm, excludes)
+    _inplace.check_strided_inplace(gm, excludes)
     mutated = _mutated(trace_buffers + trace_inputs, versions,
                        list(buffers) + list(inputs))
     return _finalise(gm, param_state, buffer_state, len(inputs), result,

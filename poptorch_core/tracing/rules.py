@@ -100,6 +100,10 @@ _DYNAMIC_FIX = {
                           "torch.repeat_interleave"),
     "bincount": ("its length is the largest input value plus one",
                  "Use torch.zeros(n).index_add_(0, x, ones) with a fixed n"),
+    "one_hot": ("without num_classes (or with num_classes=-1) its width is "
+                "the largest class value plus one",
+                "Pass num_classes=<number of classes> to "
+                "torch.nn.functional.one_hot"),
     "item": ("it reads a tensor's value back to the host, and IPU tensors have "
              "no values while the model is compiled",
              "Keep the value as a tensor; for data-dependent choices use "
@@ -172,6 +176,19 @@ def check_graph(graph_module: torch.fx.GraphModule,
         if predicate is None or predicate(node):
             raise dynamic_shape_error(kind, _op_name(node.target),
                                       node_user_location(node, excludes))
+
+
+def check_one_hot(args: Sequence[object], kwargs: Dict[str, object],
+                  location: str) -> None:
+    """``F.one_hot`` needs a fixed, positive number of classes."""
+    num_classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+    if num_classes == -1:
+        raise dynamic_shape_error("one_hot", "one_hot", location)
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or \
+            num_classes < 1:
+        raise rule_error(
+            f"one_hot: num_classes must be a positive int, got "
+            f"{num_classes!r}. Pass the number of classes.", location)
 
 
 def zero_sized_error(shape: Iterable[int]) -> Error:
