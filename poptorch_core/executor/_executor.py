@@ -27,6 +27,7 @@ from ..options import Options
 from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
+from ._mode_check import warn_once_on_mode_mismatch
 from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
 from ._perf import PerfCounters
@@ -192,6 +193,7 @@ class PoplarExecutor:
         assert state.options.connection_type != ConnectionType.Never.value, \
             _OFFLINE_CALL_MSG
         bound = self._binder.bind(args, kwargs)
+        warn_once_on_mode_mismatch(state)
         if not state.compiled:
             self._compile(bound)
         if not state.attached:
