@@ -50,6 +50,7 @@ MODULES = [
     "poptorch_geometric._padding.classify",
     "poptorch_geometric._padding.columns",
     "poptorch_geometric._fastpath.graph_cache",
+    "poptorch_geometric._last_batch",
     "poptorch_geometric._packing",
     "poptorch_geometric._padding.plan",
     "poptorch_geometric._padding.sizes",
