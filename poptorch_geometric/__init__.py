@@ -19,6 +19,7 @@ Example::
 """
 import poptorch_core as poptorch
 
+from . import _known_fixes
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -57,3 +58,4 @@ __all__ = [
 ]
 
 registerCustomArgParsers()
+_known_fixes.register()
