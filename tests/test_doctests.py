@@ -65,6 +65,8 @@ MODULES = [
     "poptorch_geometric.efficiency",
     "poptorch_geometric.fixed_size_options",
     "poptorch_geometric.masker",
+    "poptorch_geometric.metrics",
+    "poptorch_geometric.model_with_loss",
     "poptorch_geometric.pyg_collate",
     "poptorch_geometric.pyg_dataloader",
     "poptorch_geometric.stream_packing_sampler",
