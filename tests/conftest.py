@@ -35,3 +35,12 @@ def cora_root(tmp_path):
     dest = tmp_path / "Cora" / "raw"
     shutil.copytree(raw, dest)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def nci_data_root(tmp_path_factory) -> str:
+    """A data root with the NCITPSA cache, processed once per session."""
+    from poptorch_geometric.datasets import NCITPSA
+    root = tmp_path_factory.mktemp("nci")
+    NCITPSA(root=str(root))
+    return str(root)
