@@ -1,4 +1,5 @@
 """Shared fixtures: deterministic seeds and offline copies of the shared data."""
+import logging
 import os
 import pathlib
 import shutil
@@ -44,3 +45,16 @@ def nci_data_root(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("nci")
     NCITPSA(root=str(root))
     return str(root)
+
+
+@pytest.fixture
+def warning_records():
+    """The warning (and louder) records of PopTorch's logger, which does
+    not propagate to pytest's ``caplog``."""
+    import poptorch
+    records = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    poptorch.logger.addHandler(handler)
+    yield records
+    poptorch.logger.removeHandler(handler)

@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 import poptorch
 import poptorch_geometric as pyg_ipu
-from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MLP, GINConv, global_add_pool
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,6 @@ from torch.nn import GRU, Linear, ReLU, Sequential
 
 import poptorch
 import poptorch_geometric as pyg_ipu
-from torch_geometric.loader import DataLoader
 from torch_geometric.nn import NNConv, Set2Set
 
 HERE = Path(__file__).resolve().parent

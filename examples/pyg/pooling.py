@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 import poptorch
 import poptorch_geometric as pyg_ipu
-from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GraphConv
 from torch_geometric.nn import global_max_pool as gmp
 from torch_geometric.nn import global_mean_pool as gap

@@ -1,22 +1,9 @@
 """A returned loss computed from the loss node by further operations: PopTorch
 trains on the inner loss node, and the compile warns, naming both."""
-import logging
-
-import pytest
 import torch
 import torch.nn.functional as F
 
 import poptorch
-
-
-@pytest.fixture
-def log_records():
-    records = []
-    handler = logging.Handler(level=logging.WARNING)
-    handler.emit = records.append
-    poptorch.logger.addHandler(handler)
-    yield records
-    poptorch.logger.removeHandler(handler)
 
 
 def _messages(records):
@@ -61,10 +48,10 @@ def _train_once(model, *inputs):
     return out
 
 
-def test_masked_mean_without_identity_loss_warns(log_records):
+def test_masked_mean_without_identity_loss_warns(warning_records):
     model = MaskedMean()
     _train_once(model, *_data())
-    warnings = _loss_warnings(log_records)
+    warnings = _loss_warnings(warning_records)
     assert len(warnings) == 1
     message = warnings[0]
     # Names the loss node, the returned value, both user lines and the fix.
@@ -75,7 +62,7 @@ def test_masked_mean_without_identity_loss_warns(log_records):
     assert "poptorch.identity_loss" in message
 
 
-def test_the_semantics_stay_poptorchs(log_records):
+def test_the_semantics_stay_poptorchs(warning_records):
     """Backward starts from the inner loss: the update is that of the sum of
     the unmasked per-node losses, computed here with plain autograd."""
     torch.manual_seed(1)
@@ -91,14 +78,14 @@ def test_the_semantics_stay_poptorchs(log_records):
     torch.testing.assert_close(model.fc.weight.detach(), expected)
 
 
-def test_identity_loss_fixes_it_without_warning(log_records):
+def test_identity_loss_fixes_it_without_warning(warning_records):
     torch.manual_seed(1)
     model = MaskedMean(wrap=True)
     reference = MaskedMean()
     reference.load_state_dict(model.state_dict())
     x, y, mask = _data()
     _train_once(model, x, y, mask)
-    assert _loss_warnings(log_records) == []
+    assert _loss_warnings(warning_records) == []
 
     logits = reference.fc(x)
     F.cross_entropy(logits[:3], y[:3]).backward()  # the masked mean
@@ -118,13 +105,13 @@ class ReturnsLoss(torch.nn.Module):
         return out, loss, loss.detach() * 2
 
 
-def test_returning_the_loss_itself_does_not_warn(log_records):
+def test_returning_the_loss_itself_does_not_warn(warning_records):
     x, y, _ = _data()
     _train_once(ReturnsLoss(), x, y)
-    assert _loss_warnings(log_records) == []
+    assert _loss_warnings(warning_records) == []
 
 
-def test_inference_never_warns(log_records):
+def test_inference_never_warns(warning_records):
     ipu = poptorch.inferenceModel(MaskedMean().eval())
     ipu(*_data())
-    assert _loss_warnings(log_records) == []
+    assert _loss_warnings(warning_records) == []

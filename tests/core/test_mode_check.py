@@ -1,22 +1,9 @@
 """A wrapper keeps the mode its model had when it was wrapped; calling it
 after model.eval() / model.train() changed the model's mode warns once."""
-import logging
-
-import pytest
 import torch
 import torch.nn.functional as F
 
 import poptorch
-
-
-@pytest.fixture
-def log_records():
-    records = []
-    handler = logging.Handler(level=logging.WARNING)
-    handler.emit = records.append
-    poptorch.logger.addHandler(handler)
-    yield records
-    poptorch.logger.removeHandler(handler)
 
 
 def _mode_warnings(records):
@@ -35,14 +22,14 @@ class Net(torch.nn.Module):
         return F.dropout(self.fc(x), p=0.5, training=self.training)
 
 
-def test_wrap_once_then_eval_warns_once_with_the_fix(log_records):
+def test_wrap_once_then_eval_warns_once_with_the_fix(warning_records):
     model = Net()
     ipu = poptorch.inferenceModel(model)  # wrapped in training mode
     x = torch.ones(4, 16)
     model.eval()
     out = ipu(x)
     ipu(x)
-    warnings = _mode_warnings(log_records)
+    warnings = _mode_warnings(warning_records)
     assert len(warnings) == 1
     assert "model.training is False" in warnings[0]
     assert "poptorch.inferenceModel(model.eval())" in warnings[0]
@@ -52,17 +39,17 @@ def test_wrap_once_then_eval_warns_once_with_the_fix(log_records):
         assert bool((out == 0).any())
 
 
-def test_matching_modes_do_not_warn(log_records):
+def test_matching_modes_do_not_warn(warning_records):
     model = Net()
     ipu = poptorch.inferenceModel(model.eval())
     x = torch.ones(4, 16)
     out = ipu(x)
     with torch.no_grad():
         torch.testing.assert_close(out, model(x))
-    assert _mode_warnings(log_records) == []
+    assert _mode_warnings(warning_records) == []
 
 
-def test_training_wrapper_called_in_eval_mode_warns(log_records):
+def test_training_wrapper_called_in_eval_mode_warns(warning_records):
     class WithLoss(Net):
         def forward(self, x):
             out = super().forward(x)
@@ -72,9 +59,9 @@ def test_training_wrapper_called_in_eval_mode_warns(log_records):
     ipu = poptorch.trainingModel(model)
     x = torch.ones(4, 16)
     ipu(x)
-    assert _mode_warnings(log_records) == []
+    assert _mode_warnings(warning_records) == []
     model.eval()
     ipu(x)
-    warnings = _mode_warnings(log_records)
+    warnings = _mode_warnings(warning_records)
     assert len(warnings) == 1
     assert "poptorch.trainingModel" in warnings[0]
