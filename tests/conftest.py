@@ -48,12 +48,12 @@ def nci_data_root(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def warning_records():
-    """The warning (and louder) records of PopTorch's logger, which does
-    not propagate to pytest's ``caplog``."""
+def log_records():
+    """What ``poptorch.logger`` logs during the test (it does not propagate
+    to the root logger, so ``caplog`` does not see it)."""
     import poptorch
     records = []
-    handler = logging.Handler(level=logging.WARNING)
+    handler = logging.Handler()
     handler.emit = records.append
     poptorch.logger.addHandler(handler)
     yield records

@@ -48,10 +48,10 @@ def _train_once(model, *inputs):
     return out
 
 
-def test_masked_mean_without_identity_loss_warns(warning_records):
+def test_masked_mean_without_identity_loss_warns(log_records):
     model = MaskedMean()
     _train_once(model, *_data())
-    warnings = _loss_warnings(warning_records)
+    warnings = _loss_warnings(log_records)
     assert len(warnings) == 1
     message = warnings[0]
     # Names the loss node, the returned value, both user lines and the fix.
@@ -62,7 +62,7 @@ def test_masked_mean_without_identity_loss_warns(warning_records):
     assert "poptorch.identity_loss" in message
 
 
-def test_the_semantics_stay_poptorchs(warning_records):
+def test_the_semantics_stay_poptorchs(log_records):
     """Backward starts from the inner loss: the update is that of the sum of
     the unmasked per-node losses, computed here with plain autograd."""
     torch.manual_seed(1)
@@ -78,14 +78,14 @@ def test_the_semantics_stay_poptorchs(warning_records):
     torch.testing.assert_close(model.fc.weight.detach(), expected)
 
 
-def test_identity_loss_fixes_it_without_warning(warning_records):
+def test_identity_loss_fixes_it_without_warning(log_records):
     torch.manual_seed(1)
     model = MaskedMean(wrap=True)
     reference = MaskedMean()
     reference.load_state_dict(model.state_dict())
     x, y, mask = _data()
     _train_once(model, x, y, mask)
-    assert _loss_warnings(warning_records) == []
+    assert _loss_warnings(log_records) == []
 
     logits = reference.fc(x)
     F.cross_entropy(logits[:3], y[:3]).backward()  # the masked mean
@@ -105,13 +105,13 @@ class ReturnsLoss(torch.nn.Module):
         return out, loss, loss.detach() * 2
 
 
-def test_returning_the_loss_itself_does_not_warn(warning_records):
+def test_returning_the_loss_itself_does_not_warn(log_records):
     x, y, _ = _data()
     _train_once(ReturnsLoss(), x, y)
-    assert _loss_warnings(warning_records) == []
+    assert _loss_warnings(log_records) == []
 
 
-def test_inference_never_warns(warning_records):
+def test_inference_never_warns(log_records):
     ipu = poptorch.inferenceModel(MaskedMean().eval())
     ipu(*_data())
-    assert _loss_warnings(warning_records) == []
+    assert _loss_warnings(log_records) == []

@@ -22,14 +22,14 @@ class Net(torch.nn.Module):
         return F.dropout(self.fc(x), p=0.5, training=self.training)
 
 
-def test_wrap_once_then_eval_warns_once_with_the_fix(warning_records):
+def test_wrap_once_then_eval_warns_once_with_the_fix(log_records):
     model = Net()
     ipu = poptorch.inferenceModel(model)  # wrapped in training mode
     x = torch.ones(4, 16)
     model.eval()
     out = ipu(x)
     ipu(x)
-    warnings = _mode_warnings(warning_records)
+    warnings = _mode_warnings(log_records)
     assert len(warnings) == 1
     assert "model.training is False" in warnings[0]
     assert "poptorch.inferenceModel(model.eval())" in warnings[0]
@@ -39,17 +39,17 @@ def test_wrap_once_then_eval_warns_once_with_the_fix(warning_records):
         assert bool((out == 0).any())
 
 
-def test_matching_modes_do_not_warn(warning_records):
+def test_matching_modes_do_not_warn(log_records):
     model = Net()
     ipu = poptorch.inferenceModel(model.eval())
     x = torch.ones(4, 16)
     out = ipu(x)
     with torch.no_grad():
         torch.testing.assert_close(out, model(x))
-    assert _mode_warnings(warning_records) == []
+    assert _mode_warnings(log_records) == []
 
 
-def test_training_wrapper_called_in_eval_mode_warns(warning_records):
+def test_training_wrapper_called_in_eval_mode_warns(log_records):
     class WithLoss(Net):
         def forward(self, x):
             out = super().forward(x)
@@ -59,9 +59,9 @@ def test_training_wrapper_called_in_eval_mode_warns(warning_records):
     ipu = poptorch.trainingModel(model)
     x = torch.ones(4, 16)
     ipu(x)
-    assert _mode_warnings(warning_records) == []
+    assert _mode_warnings(log_records) == []
     model.eval()
     ipu(x)
-    warnings = _mode_warnings(warning_records)
+    warnings = _mode_warnings(log_records)
     assert len(warnings) == 1
     assert "poptorch.trainingModel" in warnings[0]
