@@ -98,6 +98,8 @@ class ModelWithLoss(torch.nn.Module):
         self._per_entry = _per_entry(loss_fn)
 
     def forward(self, data: BaseData) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Runs the model on ``data``'s attributes; returns ``(out,
+        loss)``."""
         args, kwargs = self.model_arguments(data)
         out = self.model(*args, **kwargs)
         if not isinstance(out, torch.Tensor):
