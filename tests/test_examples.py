@@ -133,15 +133,6 @@ def _offline(monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
 
 
-@pytest.fixture(scope="session")
-def nci_data_root(tmp_path_factory) -> str:
-    """A data root with the NCITPSA cache, processed once per session."""
-    from poptorch_geometric.datasets import NCITPSA
-    root = tmp_path_factory.mktemp("nci")
-    NCITPSA(root=str(root))
-    return str(root)
-
-
 def _assert_learns(side: Dict[str, Any], epochs: int) -> None:
     history = side["loss_history"]
     assert len(history) == epochs

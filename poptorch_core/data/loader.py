@@ -276,9 +276,17 @@ class DataLoader(torch.utils.data.DataLoader):
             return iter(self._accessor)
         batches = super().__iter__()
         if self._combine_sampler_batches:
-            return combined_batch_generator(
+            return self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
         return batches
+
+    def _combine_batches(self, batches: Iterator[Any], num_batches: int,
+                         drop_last: bool) -> Iterator[Any]:
+        """Joins each group of ``num_batches`` consecutive batches of the
+        ``batch_sampler`` into one combined batch. A hook: a subclass that
+        can pad the final incomplete group (PopTorch Geometric's fixed-size
+        loader) overrides it."""
+        return combined_batch_generator(batches, num_batches, drop_last)
 
     def __getstate__(self) -> Dict[str, Any]:
         # The accessor's worker receives a pickled copy of the loader and

@@ -29,6 +29,7 @@ from ..options import Options
 from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
+from ._mode_check import warn_once_on_mode_mismatch
 from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
 from ._perf import PerfCounters
@@ -238,6 +239,7 @@ class PoplarExecutor:
         assert state.options.connection_type != ConnectionType.Never.value, \
             _OFFLINE_CALL_MSG
         bound = self._binder.bind(args, kwargs)
+        warn_once_on_mode_mismatch(state)
         if not state.compiled:
             self._compile(bound)
         if not state.attached:
@@ -264,7 +266,8 @@ class PoplarExecutor:
 
     def _follow_trained_weights(self) -> None:
         """An inference model picks up weights trained by a training model
-        wrapping the same user model."""
+        wrapping the same user model, or a model that holds it (a wrapper
+        adding the loss, as ``poptorch_geometric.with_loss`` makes)."""
         state = self._state
         version = _host_sync.current_weights_version(state.user_model)
         if version != state.followed_weights_version:

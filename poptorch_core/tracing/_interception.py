@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Set
 
 import torch
 import torch.nn.functional as F
+import torch.fx.traceback as fx_traceback
 from torch.overrides import TorchFunctionMode
 
 from .._logging import logger
@@ -104,8 +105,12 @@ class IpuFunctionMode(TorchFunctionMode):
             self._call(cast_call, (), {}, name=_name(func))
         if func in LOSS_FUNCTIONS and isinstance(out, torch.Tensor):
             # reduction 2 ("none") is an identity: the loss keeps the value
-            # and the reduction torch computed, and becomes findable.
-            out = self._identity_loss(out, 2)
+            # and the reduction torch computed, and becomes findable. The
+            # torch loss's name is kept for messages about the loss.
+            name = (f"F.{func.__name__}(reduction="
+                    f"{kwargs.get('reduction', 'mean')!r})")
+            with fx_traceback.annotate({"poptorch_loss": name}):
+                out = self._identity_loss(out, 2)
         return out
 
     # --- Host constants ------------------------------------------------------
