@@ -17,7 +17,7 @@ from ..annotations import _block_tracking
 from ..enums import OutputMode
 from ..ir._ir import executable_ir
 from ..tracing import capture as _capture_mod
-from . import _pipeline
+from . import _pipeline, _scale_out
 from ._args import BoundArgs, InputSignature
 from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
@@ -138,7 +138,9 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         keep_host_memory()
     captured, device_state, param_names, _ = _capture(state, bound, layout,
                                                       device)
-    if captured.mutated_buffers and layout.input_group_size < layout.replicas:
+    # Replicas of other processes count: their buffers drift apart too.
+    replicas = layout.replicas * opts.Distributed.numProcesses
+    if captured.mutated_buffers and layout.input_group_size < replicas:
         if opts.broadcast_buffers:
             raise _impl._cpp_error(_BROADCAST_BUFFERS_MSG)
         device_state.make_per_replica(layout.replicas)
@@ -168,4 +170,5 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
             device_state, param_names)
+    _scale_out.attach(state, program)
     return program

@@ -23,6 +23,7 @@ from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
+from ._scale_out import GradientReducer
 
 __all__: list = []
 
@@ -67,6 +68,10 @@ class Program:
     #: Inputs given as int64 whose graph placeholder only widens them back
     #: to int64: they skip the int32 round trip (``_wide_inputs``).
     wide_inputs: FrozenSet[int] = frozenset()
+    #: Reduces each device iteration's gradients over the replicas (of
+    #: other processes too, in a distributed run).
+    gradient_reducer: GradientReducer = dataclasses.field(
+        default_factory=GradientReducer)
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -126,8 +131,6 @@ class Program:
         optimizer = self.device_optimizer
         scale = float(optimizer.loss_scaling)
         loss_index = self.captured.loss_index
-        divisor = (layout.gradient_accumulation * layout.replicas
-                   if self.reduction == ReductionType.Mean else 1)
         for iteration in range(layout.device_iterations):
             for step in range(layout.gradient_accumulation):
                 for replica in range(layout.replicas):
@@ -141,6 +144,8 @@ class Program:
                         (seed * scale if scale != 1.0 else seed).backward()
                     self._collect(collectors, outputs, iteration, step,
                                   replica)
+            divisor = self.gradient_reducer.reduce(params, layout,
+                                                   self.reduction)
             self.last_gradients = {
                 i: p.grad.detach().clone() / (divisor * scale)
                 for i, p in enumerate(params) if p.grad is not None} \
