@@ -20,7 +20,6 @@ gradients are summed across the processes at every step, and process 0
 prints the summary of the whole run.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -35,6 +34,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _example_common import write_json  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
@@ -259,8 +259,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0  # process 0 reports for the whole run
     print_summary(summary)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+        write_json(args.json, summary)
     return 0
 
 
