@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "val_mae_predicting_mean": baseline_error / count,
         "train_graphs_per_second": trained["graphs"] /
                                    max(trained["seconds"], 1e-9),
+        # All processes together read each molecule at most once an epoch.
+        "train_graphs_per_epoch": trained["graphs"] / max(args.epochs, 1),
         **_slot_efficiency(train_loader),
         "budgets": {"num_nodes": sizes.num_nodes, "num_edges": sizes.num_edges,
                     "num_graphs": sizes.num_graphs},

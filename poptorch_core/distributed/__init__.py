@@ -22,7 +22,7 @@ run has ``replicationFactor x processes`` replicas in all:
 Example (a run of one process: nothing to exchange, same results)::
 
     >>> opts = poptorch.Options()
-    >>> opts.Distributed.configureProcessId(0, 1)
+    >>> _ = opts.Distributed.configureProcessId(0, 1)
     >>> poptorch.distributed.is_initialized()
     False
 """

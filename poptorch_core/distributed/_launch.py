@@ -12,7 +12,7 @@ of its local rank (``LOCAL_RANK`` or ``OMPI_COMM_WORLD_LOCAL_RANK``).
 Example::
 
     >>> opts = poptorch.Options()
-    >>> opts.Distributed.configureProcessId(1, 2)
+    >>> _ = opts.Distributed.configureProcessId(1, 2)
     >>> env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     >>> launch = Launch.of(opts, env)
     >>> launch.rank, launch.world_size, launch.backend
