@@ -1,9 +1,8 @@
 """The process group of a distributed run: started once, on first use, and
 torn down when the process exits.
 
-The processes meet through ``torch.distributed``'s ``env://`` rendezvous
-(``MASTER_ADDR``/``MASTER_PORT``; under ``torchrun`` the agent's store),
-then start a gloo or NCCL group whose collectives give up after the run's
+The processes meet at the TCP store on ``MASTER_ADDR:MASTER_PORT``
+(hosted by process 0, or under ``torchrun`` by its agent), then start a gloo or NCCL group whose collectives give up after the run's
 timeout. Every collective runs under :meth:`ProcessGroup.guard`, which turns
 a failure into ``poptorch.Error`` naming the process that died or hangs (see
 ``_watchdog``); after one failure the group is broken, and every later

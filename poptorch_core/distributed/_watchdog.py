@@ -20,7 +20,7 @@ Example (one process, so nobody else to blame)::
     >>> dog.start(); dog.enter()
     1
     >>> dog.culprits()
-    {'left': [], 'stopped': [], 'absent': []}
+    {'missing': [], 'left': [], 'stopped': [], 'absent': []}
     >>> dog.stop()
 """
 import threading
@@ -130,22 +130,24 @@ class Watchdog:
 
     def culprits(self) -> Dict[str, List[int]]:
         """The other processes to blame for a failed collective, by kind:
-        ``"left"`` (their program ended), ``"stopped"`` (their heartbeat
-        stopped) and ``"absent"`` (alive, but they have not entered this
-        process's latest collective). Takes about three beat intervals."""
+        ``"missing"`` (they never joined), ``"left"`` (their program
+        ended), ``"stopped"`` (their heartbeat stopped) and ``"absent"``
+        (alive, but they have not entered this process's latest
+        collective). Takes about three beat intervals."""
         self._store.set(_FAILING + str(self.rank), "1")
         first = self._read()
         time.sleep(3 * self.interval)
         second = self._read()
-        blame: Dict[str, List[int]] = {"left": [], "stopped": [],
-                                       "absent": []}
+        blame: Dict[str, List[int]] = {"missing": [], "left": [],
+                                       "stopped": [], "absent": []}
         for rank, beat in second.items():
             if self._flagged(_FAILING, rank):
                 continue  # another survivor
-            if self._flagged(_LEFT, rank):
+            if beat is None:
+                blame["missing"].append(rank)
+            elif self._flagged(_LEFT, rank):
                 blame["left"].append(rank)
-            elif beat is None or (first[rank] is not None and
-                                  beat[0] == first[rank][0]):
+            elif first[rank] is not None and beat[0] == first[rank][0]:
                 blame["stopped"].append(rank)
             elif beat[1] < self.entered:
                 blame["absent"].append(rank)
@@ -168,6 +170,10 @@ class Watchdog:
                 "stopped." + tail)
         of = f" of {self.world_size}"
         parts = []
+        if blame["missing"]:
+            parts.append(
+                f"{_ranks(blame['missing'])}{of} never joined the run (was "
+                "every process started, with the same process count?)")
         if blame["left"]:
             parts.append(
                 f"{_ranks(blame['left'])}{of} left the run (its program "

@@ -14,7 +14,7 @@ Scenarios:
   the final weights. Every process starts from different weights (seeded by
   rank), so the broadcast from rank 0 is exercised.
 - ``fail``: train until the ``victim`` rank kills itself (SIGKILL), hangs or
-  ends its program at step 3; survivors record the ``poptorch.Error`` and
+  ends its program at step 3 (or never starts); survivors record the ``poptorch.Error`` and
   how long the failing call took, and exit with status 3.
 - ``mismatch``: each config lists per-rank overrides that make the processes
   disagree; every process records the compile error.
@@ -102,6 +102,8 @@ def train(configs: List[Dict[str, Any]], rank: int, world: int) -> Any:
 
 
 def fail(config: Dict[str, Any], rank: int, world: int) -> Any:
+    if rank == config["victim"] and config["how"] == "never":
+        return {"error": None}  # never joins the run
     model = MLP()
     ipu_model = poptorch.trainingModel(
         model, _options(config), make_optimizer(config, model.parameters()))

@@ -115,9 +115,12 @@ def test_four_processes_train_like_one_with_four_times_the_replicas(
     ("kill", 2, True, "rank 2 of 3 stopped responding"),
     ("hang", 2, True, "rank 2 of 3 did not reach it within the 4 s timeout"),
     ("exit", 2, True, "rank 2 of 3 left the run"),
+    ("never", 2, True, "rank 2 of 3 never joined the run"),
     # The store dies with process 0 when it hosts it (PopRun's case).
     ("kill", 0, False, "is unreachable: the process hosting it (rank 0"),
-])
+    ("never", 0, False, "could not meet the others at 127.0.0.1:"),
+], ids=["killed", "hung", "ended", "never-started", "store-host-killed",
+        "store-host-never-started"])
 def test_survivors_name_the_lost_rank_within_the_timeout(
         tmp_path, how, victim, agent_store, expected):
     timeout = 4.0
@@ -132,11 +135,16 @@ def test_survivors_name_the_lost_rank_within_the_timeout(
         result = proc.result
         assert result["type"] == "UnrecoverableError"
         assert expected in result["error"], result["error"]
-        assert result["step"] == 3
+        # The first call (step 0) starts the process group.
+        assert result["step"] == (0 if how == "never" else 3)
         # Detection: at once when a process ends, after the timeout when it
-        # hangs; then three heartbeats (0.2 s each) of diagnosis.
-        assert result["seconds"] < timeout + 3
-        if how == "hang":
+        # hangs; then three heartbeats (0.2 s each) of diagnosis. A process
+        # that never comes is noticed at the first call (compilation
+        # included), after up to twice the timeout: torch's TCP store client
+        # tries to connect twice.
+        bound = 3 * timeout + 5 if how == "never" else timeout + 3
+        assert result["seconds"] < bound
+        if how in ("hang", "never"):
             assert result["seconds"] > 0.9 * timeout
         else:
             assert result["seconds"] < timeout
@@ -159,6 +167,57 @@ def test_processes_that_compiled_different_things_fail_at_compile(tmp_path):
             "on rank 0, but x: ('tensor', torch.float32, torch.Size([2, 4]))" \
             in inputs
         assert same is None  # agreeing processes still train afterwards
+
+
+def _two_process_options():
+    opts = poptorch.Options()
+    opts.Distributed.configureProcessId(1, 2)
+    return opts
+
+
+def test_mutated_buffers_count_the_replicas_of_other_processes():
+    """Buffers that forward updates (BatchNorm) would drift apart between
+    processes as between replicas: the same error, before any process
+    group starts."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3),
+                                torch.nn.BatchNorm1d(3))
+    ipu_model = poptorch.trainingModel(
+        _LossOf(model), _two_process_options(),
+        torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(poptorch.Error, match="broadcastBuffers"):
+        ipu_model(torch.randn(4, 4))
+    assert not poptorch.distributed.is_initialized()
+
+
+def test_inference_models_exchange_nothing(monkeypatch):
+    """An inference model of a distributed run needs no other process (and
+    no MASTER_ADDR): its outputs are its own replicas'."""
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    model = torch.nn.Linear(4, 3)
+    out = poptorch.inferenceModel(model, _two_process_options())(
+        x := torch.randn(4, 4))
+    torch.testing.assert_close(out, model(x))
+    assert not poptorch.distributed.is_initialized()
+
+
+def test_training_without_a_meeting_point_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    model = MLP()
+    ipu_model = poptorch.trainingModel(model, _two_process_options())
+    with pytest.raises(poptorch.Error, match="needs MASTER_ADDR and "
+                                             "MASTER_PORT"):
+        ipu_model(torch.randn(2, 4), torch.randn(2, 3))
+
+
+class _LossOf(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return poptorch.identity_loss(self.model(x).sum(), reduction="sum")
 
 
 def test_launch_reads_torchrun_and_poprun_environments():
