@@ -197,7 +197,8 @@ class Ir:
 
             >>> def scale(x, factors: list, *, by=2.0):
             ...     return [x * f * by for f in factors]
-            >>> g = ir.create_graph(scale, TensorSpec((3,)),
+            >>> ir = poptorch.Ir()
+            >>> g = ir.create_graph(scale, poptorch.TensorSpec((3,)),
             ...                     [torch.ones(3), torch.ones(3)])
             >>> [i.name for i in g.inputs]
             ['x', 'factors_0', 'factors_1']

@@ -7,7 +7,7 @@ or PopART option names.
 Example::
 
     >>> opts = poptorch.Options()
-    >>> opts.Simulator.backend("compile").ipuVersion(21)
+    >>> simulator = opts.Simulator.backend("compile").ipuVersion(21)
     >>> opts.Simulator.execution_backend, opts.Simulator.ipu_version
     ('compile', 21)
 """
@@ -64,7 +64,9 @@ class _SimulatorOptions(OptionsDict):
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.Simulator.backend("compile").hostDevice("cpu")
+        _SimulatorOptions(execution_backend='compile', host_device='cpu', ...)
     """
 
     def __init__(self):
