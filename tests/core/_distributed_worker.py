@@ -16,6 +16,7 @@ Scenarios:
 - ``fail``: train until the ``victim`` rank kills itself (SIGKILL), hangs or
   ends its program at step 3 (or never starts); survivors record the ``poptorch.Error`` and
   how long the failing call took, and exit with status 3.
+- ``adopt``: ``train`` in a process group the program started itself.
 - ``mismatch``: each config lists per-rank overrides that make the processes
   disagree; every process records the compile error.
 """
@@ -141,7 +142,20 @@ def mismatch(configs: List[Dict[str, Any]], rank: int, world: int) -> Any:
     return errors
 
 
-SCENARIOS = {"train": train, "fail": fail, "mismatch": mismatch}
+def adopt(configs: List[Dict[str, Any]], rank: int, world: int) -> Any:
+    """The program starts torch.distributed itself: PopTorch uses that
+    group and leaves it to the program."""
+    import torch.distributed as dist  # pylint: disable=import-outside-toplevel
+    dist.init_process_group("gloo")
+    results = train(configs, rank, world)
+    poptorch.distributed.shutdown()
+    still_there = dist.is_initialized()
+    dist.destroy_process_group()
+    return {"runs": results, "group_left_alone": still_there}
+
+
+SCENARIOS = {"train": train, "fail": fail, "mismatch": mismatch,
+             "adopt": adopt}
 
 
 def run(scenario: str, out_dir: str, config: Any) -> int:

@@ -111,6 +111,18 @@ def test_four_processes_train_like_one_with_four_times_the_replicas(
     _check_training(processes, configs, 4)
 
 
+def test_a_process_group_the_program_started_is_used_and_left_alone(
+        tmp_path):
+    configs = [_config("Sum", G=2, lr=0.01)]
+    processes = launch("adopt", 2, configs, tmp_path)
+    for proc in processes:
+        assert proc.returncode == 0, proc.output
+        assert proc.result["group_left_alone"]
+    for proc in processes:
+        proc.result = proc.result["runs"]
+    _check_training(processes, configs, 2)
+
+
 @pytest.mark.parametrize("how, victim, agent_store, expected", [
     ("kill", 2, True, "rank 2 of 3 stopped responding"),
     ("hang", 2, True, "rank 2 of 3 did not reach it within the 4 s timeout"),
