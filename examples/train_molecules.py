@@ -34,7 +34,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import write_json  # noqa: E402
+from _example_common import device_estimate, write_json  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
@@ -117,10 +117,12 @@ def _over_processes(values: List[float], op: str = "SUM") -> List[float]:
 
 def _train(args, train_model, train_loader, optimizer, schedule,
            show: bool) -> Dict[str, Any]:
-    """Trains for ``args.epochs``; returns the loss history (over all
-    processes), graphs seen and seconds spent."""
-    history, graphs_seen, train_time = [], 0, 0.0
+    """Trains for ``args.epochs``; returns the loss history and graphs seen
+    (over all processes), the slowest process's seconds, and this
+    process's graphs and micro-batches."""
+    history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
     steps = None  # shuffled packing has no length before the first epoch
+    num_graphs = train_loader.fixed_size_options.num_graphs
     for epoch in range(args.epochs):
         losses, start = [], time.perf_counter()
         bar = tqdm(iter(train_loader), total=steps, leave=False,
@@ -129,6 +131,7 @@ def _train(args, train_model, train_loader, optimizer, schedule,
             _, loss = train_model(*_inputs(batch))
             losses.append(float(loss.mean()))
             graphs_seen += int(batch.graphs_mask.sum())
+            batches_seen += len(batch.graphs_mask) // num_graphs
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         train_time += time.perf_counter() - start
         steps = len(losses)
@@ -138,9 +141,10 @@ def _train(args, train_model, train_loader, optimizer, schedule,
         history.append(total / max(count, 1))
         if show:
             tqdm.write(f"epoch {epoch + 1}: train loss {history[-1]:.4f}")
-    graphs_seen, = _over_processes([graphs_seen])
+    all_graphs, = _over_processes([graphs_seen])
     train_time, = _over_processes([train_time], "MAX")
-    return {"history": history, "graphs": graphs_seen, "seconds": train_time}
+    return {"history": history, "graphs": all_graphs, "seconds": train_time,
+            "local_graphs": graphs_seen, "local_batches": batches_seen}
 
 
 def _evaluate(eval_model, val_loader, mean: float) -> List[float]:
@@ -221,6 +225,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "compilations": {"train": train_model.compilations(),
                          "inference": eval_model.compilations()},
         "backend": args.backend,
+        # Per process: the graphs its micro-batches held on average.
+        "simulated_ipu": device_estimate(
+            train_model, trained["local_graphs"] /
+            max(trained["local_batches"], 1)),
     }
 
 
@@ -250,6 +258,7 @@ def print_summary(summary: Dict[str, Any]) -> None:
         f"backend            {summary['backend']} (compilations: train "
         f"{summary['compilations']['train']}, inference "
         f"{summary['compilations']['inference']})",
+        f"simulated IPU      {summary['simulated_ipu']['summary']}",
     ]
     print("\n".join(lines))
 

@@ -16,6 +16,7 @@ from typing import Any, List, Sequence
 import torch
 import torch.distributed as dist
 
+from ..errors import createPoptorchError
 from ..executor._scale_out import GradientReducer
 from ._buckets import all_reduce_sum, broadcast_from_first
 from ._consistency import check_same, describe
@@ -51,6 +52,12 @@ def join(state: Any, program: Any) -> None:
     global _compiled
     if not state.training:
         return
+    if program.state.grouped:
+        raise createPoptorchError(
+            "Replica-grouped weights (replicaGrouping) are not supported in "
+            "a run of several processes yet: their groups would have to "
+            "span the replicas of every process. Remove replicaGrouping() "
+            "or run a single process.")
     group = process_group(Launch.of(state.options))
     mine = describe(state, program, _compiled)
     _compiled += 1

@@ -23,6 +23,7 @@ from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
+from ._replica_weights import reduce_within_groups
 from ._scale_out import GradientReducer
 
 __all__: list = []
@@ -68,6 +69,8 @@ class Program:
     #: Inputs given as int64 whose graph placeholder only widens them back
     #: to int64: they skip the int32 round trip (``_wide_inputs``).
     wide_inputs: FrozenSet[int] = frozenset()
+    #: The device model's estimate (``executor._simulation``).
+    estimate: Any = None
     #: Reduces each device iteration's gradients over the replicas (of
     #: other processes too, in a distributed run).
     gradient_reducer: GradientReducer = dataclasses.field(
@@ -118,11 +121,12 @@ class Program:
                 collector.add(replica, out.detach())
 
     def _run_inference(self, splits, collectors) -> None:
-        params, layout = self.state.params, self.layout
+        layout = self.layout
         for iteration in range(layout.device_iterations):
             for replica in range(layout.replicas):
                 outputs = self.executable.run(
-                    params + self.state.buffers(replica) +
+                    self.state.replica_params(replica) +
+                    self.state.buffers(replica) +
                     self._micro_inputs(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
@@ -135,7 +139,8 @@ class Program:
             for step in range(layout.gradient_accumulation):
                 for replica in range(layout.replicas):
                     outputs = self.executable.run(
-                        params + self.state.buffers(replica) +
+                        self.state.replica_params(replica) +
+                        self.state.buffers(replica) +
                         self._micro_inputs(splits, iteration, step, replica))
                     loss = outputs[loss_index]
                     # A "none"-reduced final loss back-propagates ones.
@@ -144,6 +149,9 @@ class Program:
                         (seed * scale if scale != 1.0 else seed).backward()
                     self._collect(collectors, outputs, iteration, step,
                                   replica)
+            if self.state.grouped and self.reduction == ReductionType.Mean:
+                reduce_within_groups(params, self.state.grouped,
+                                     layout.replicas)
             divisor = self.gradient_reducer.reduce(params, layout,
                                                    self.reduction)
             self.last_gradients = {

@@ -201,6 +201,19 @@ def test_mutated_buffers_count_the_replicas_of_other_processes():
     assert not poptorch.distributed.is_initialized()
 
 
+def test_replica_grouped_weights_are_refused_across_processes():
+    model = _LossOf(torch.nn.Linear(4, 3))
+    model.W = torch.nn.Parameter(torch.ones(2, 4))  # one copy per group
+    opts = _two_process_options().replicationFactor(2)
+    ipu_model = poptorch.trainingModel(model, opts)
+    ipu_model.W.replicaGrouping(poptorch.CommGroupType.Consecutive, 1,
+                                poptorch.VariableRetrievalMode.OnePerGroup)
+    with pytest.raises(poptorch.Error, match="not supported in a run of "
+                                             "several processes"):
+        ipu_model(torch.randn(4, 4))
+    assert not poptorch.distributed.is_initialized()
+
+
 def test_inference_models_exchange_nothing(monkeypatch):
     """An inference model of a distributed run needs no other process (and
     no MASTER_ADDR): its outputs are its own replicas'."""
@@ -229,7 +242,10 @@ class _LossOf(torch.nn.Module):
         self.model = model
 
     def forward(self, x):
-        return poptorch.identity_loss(self.model(x).sum(), reduction="sum")
+        out = self.model(x).sum()
+        if hasattr(self, "W"):
+            out = out + (x * self.W).sum()
+        return poptorch.identity_loss(out, reduction="sum")
 
 
 def test_launch_reads_torchrun_and_poprun_environments():
