@@ -86,6 +86,7 @@ class StepSpec:
 
     @property
     def placeholders(self) -> List[torch.fx.Node]:
+        """The graph's placeholders: parameters, buffers, then inputs."""
         return [n for n in self.graph.graph.nodes if n.op == "placeholder"]
 
     @property
@@ -124,6 +125,8 @@ class StepSpec:
         return self._backend_options().get("execution_mode") == 2
 
     def parallel_phases(self) -> bool:
+        """Whether phases run in parallel (``ParallelPhasedExecution``
+        without serial phase execution)."""
         return self.is_phased() and not self._backend_options().get(
             "serial_phases_execution", True)
 

@@ -97,6 +97,7 @@ class IpuMemory:
         return self.total / self.capacity
 
     def to_dict(self) -> Dict[str, object]:
+        """This IPU's figures as plain values (JSON-serialisable)."""
         return {"ipu": self.ipu, "capacity_bytes": self.capacity,
                 "total_bytes": self.total, "fits": self.fits,
                 "breakdown_bytes": {k: self.breakdown.get(k, 0)

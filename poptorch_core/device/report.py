@@ -85,6 +85,7 @@ class SimulationReport:
 
     @property
     def ipus_per_replica(self) -> int:
+        """How many IPUs one replica of the model spans."""
         return len(self.memory)
 
     @property
@@ -109,6 +110,7 @@ class SimulationReport:
 
     @property
     def samples_per_second(self) -> float:
+        """The estimated throughput (see :meth:`throughput`)."""
         return self.throughput()
 
     def fullest(self) -> IpuMemory:

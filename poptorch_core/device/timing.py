@@ -69,6 +69,7 @@ class StageTime:
 
     @property
     def compute(self) -> float:
+        """Seconds of forward and backward compute of this stage."""
         return self.forward + self.backward
 
     @property
@@ -78,6 +79,8 @@ class StageTime:
 
     @property
     def backward_total(self) -> float:
+        """Seconds of this stage's backward pass, its share of the
+        transfers included."""
         return self.backward + self._transfer_share(forward=False)
 
     def _transfer_share(self, forward: bool) -> float:
@@ -90,6 +93,7 @@ class StageTime:
         return (half + self.host) if forward else half
 
     def to_dict(self) -> Dict[str, float]:
+        """This stage's times as plain values (JSON-serialisable)."""
         return dataclasses.asdict(self)
 
 

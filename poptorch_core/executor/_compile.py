@@ -163,7 +163,7 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     graph = captured.graph_module
     output_node = next(n for n in graph.graph.nodes if n.op == "output")
     state.ir = executable_ir(graph, layout.device_iterations *
-                             layout.gradient_accumulation)
+                             layout.gradient_accumulation, layout.replicas)
     seed = opts.random_seed if opts.exists("random_seed") else None
     host_graph = lower_for_host(graph)
     program = Program(
