@@ -19,6 +19,7 @@ Example::
 """
 import poptorch_core as poptorch
 
+from . import _known_fixes
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -26,6 +27,8 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
+from .metrics import count_real, num_real_graphs, num_real_nodes
+from .model_with_loss import ModelWithLoss, with_loss
 from .override import _TorchGeometricOpsSubstitutionManager
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
@@ -56,7 +59,12 @@ __all__ = [
     "HeteroDataBatch",
     "StreamPackingSampler",
     "call_once",
+    "count_real",
+    "ModelWithLoss",
+    "num_real_graphs",
+    "num_real_nodes",
     "ops",
+    "with_loss",
     "registerCustomArgParsers",
 ]
 
@@ -70,3 +78,4 @@ def _registerOverrides() -> None:
 
 _registerOverrides()
 registerCustomArgParsers()
+_known_fixes.register()

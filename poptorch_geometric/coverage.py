@@ -70,6 +70,7 @@ def run(only: Optional[Iterable[str]] = None, compile_check: bool = True,
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The command line: runs the rows and prints or writes the table."""
     parser = argparse.ArgumentParser(
         prog="python -m poptorch_geometric.coverage",
         description="Coverage of PyG layers on the simulated IPU.")

@@ -27,6 +27,7 @@ class ClusterGCNConv(torch_geometric.nn.ClusterGCNConv):
     path)."""
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        """PyG's ClusterGCN propagation with every edge slot kept."""
         if not isinstance(edge_index, Tensor) or edge_index.is_sparse:
             return _PYG_FORWARD(self, x, edge_index)
         num_nodes = x.size(self.node_dim)

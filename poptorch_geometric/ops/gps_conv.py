@@ -39,6 +39,7 @@ class GPSConv(torch_geometric.nn.GPSConv):
 
     def forward(self, x: Tensor, edge_index: Any,
                 batch: Optional[Tensor] = None, **kwargs: Any) -> Tensor:
+        """The local conv plus attention among the nodes of each graph."""
         if not isinstance(self.attn, torch.nn.MultiheadAttention):
             return _PYG_FORWARD(self, x, edge_index, batch, **kwargs)
         hs = []

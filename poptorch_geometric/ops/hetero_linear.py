@@ -25,6 +25,8 @@ class HeteroLinear(torch_geometric.nn.HeteroLinear):
     the bias."""
 
     def forward(self, x: Tensor, type_vec: Tensor) -> Tensor:
+        """Row ``i`` times the weight of type ``type_vec[i]``, plus its
+        bias."""
         out = x.new_zeros(x.size(0), self.out_channels)
         for i in range(self.num_types):
             mask = (type_vec == i).unsqueeze(-1)

@@ -36,6 +36,7 @@ class InstanceNorm(torch_geometric.nn.InstanceNorm):
 
     def forward(self, x: Tensor, batch: Optional[Tensor] = None,
                 batch_size: Optional[int] = None) -> Tensor:
+        """Normalises each graph's nodes (all nodes without ``batch``)."""
         if batch is None:
             return _PYG_FORWARD(self, x)
         if batch_size is None:   # as PyG; inside a traced model: pass it

@@ -28,6 +28,8 @@ class MFConv(torch_geometric.nn.MFConv):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]],
                 edge_index: Tensor,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
+        """Sums the neighbours, then applies the weights of each node's
+        degree."""
         if not isinstance(edge_index, Tensor):
             return _PYG_FORWARD(self, x, edge_index, size)
         if isinstance(x, Tensor):

@@ -45,6 +45,7 @@ class QuantileAggregation(torch_geometric.nn.aggr.QuantileAggregation):
     def forward(self, x: Tensor, index: Optional[Tensor] = None,
                 ptr: Optional[Tensor] = None,
                 dim_size: Optional[int] = None, dim: int = -2) -> Tensor:
+        """The quantiles ``q`` of each group of ``index``."""
         dim = x.dim() + dim if dim < 0 else dim
         self.assert_index_present(index)
         if dim_size is None:   # as PyG; inside a traced model: pass it

@@ -40,6 +40,8 @@ class RGCNConv(torch_geometric.nn.RGCNConv):
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]],
                 edge_index: Tensor, edge_type: Optional[Tensor] = None):
+        """The sum over relations of each relation's aggregation times its
+        weight, plus the root term."""
         x_l, x_r = x if isinstance(x, tuple) else (x, x)
         if not isinstance(edge_index, Tensor) or edge_type is None or \
                 x_l is None or not torch.is_floating_point(x_l):
@@ -74,6 +76,7 @@ class FiLMConv(torch_geometric.nn.FiLMConv):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]],
                 edge_index: Tensor,
                 edge_type: Optional[Tensor] = None) -> Tensor:
+        """The FiLM skip term plus each relation's modulated aggregation."""
         if self.num_relations <= 1 or edge_type is None or \
                 not isinstance(edge_index, Tensor):
             return _PYG_FILM_FORWARD(self, x, edge_index, edge_type)
