@@ -28,6 +28,7 @@ from .hetero_linear import HeteroLinear
 from .instance_norm import InstanceNorm
 from .knn import knn, knn_graph
 from .knn_interpolate import knn_interpolate
+from .mesh_cnn_conv import MeshCNNConv
 from .mf_conv import MFConv
 from .nearest import nearest
 from .quantile import QuantileAggregation
@@ -39,6 +40,7 @@ from .dense_batch import to_dense_batch
 __all__ = [
     "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
-    "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv", "GPSConv", "remove_self_loops",
-    "add_remaining_self_loops", "to_dense_batch",
+    "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
+    "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
+    "to_dense_batch",
 ]

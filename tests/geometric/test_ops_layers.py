@@ -124,6 +124,17 @@ def test_gps_conv_equals_pyg():
         conv(x, edge_index, batch))
 
 
+def test_mesh_cnn_conv_equals_pyg():
+    conv = pyg_nn.MeshCNNConv(6, 4)
+    x = torch.randn(5, 6)
+    own = torch.arange(5).repeat_interleave(4)
+    edge_index = torch.stack([own, (own + torch.arange(1, 5).repeat(5)) % 5])
+    expected = conv(x, edge_index)
+    with _TorchGeometricOpsSubstitutionManager():
+        out = conv(x, edge_index)
+    torch.testing.assert_close(out, expected)
+
+
 @pytest.mark.parametrize("layer", [
     aggr.MedianAggregation(),
     aggr.QuantileAggregation([0.1, 0.5, 0.9]),
