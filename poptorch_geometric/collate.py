@@ -17,6 +17,7 @@ Example::
     [True, True, False, False, False]
 """
 import enum
+import os
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
@@ -115,6 +116,7 @@ class FixedSizeCollater(Collater):
                  *,
                  fast_path: bool = True) -> None:
         super().__init__(follow_batch=follow_batch, exclude_keys=exclude_keys)
+        _check_budgets_fit_memory(fixed_size_options)
         self.opts = fixed_size_options
         self.add_masks_to_batch = add_masks_to_batch
         self.trim_nodes = trim_nodes
@@ -363,6 +365,32 @@ class FixedSizeCollater(Collater):
             batch[t].nodes_mask = _prefix_mask(r.limit, r.real)
         for t, r in room.edges.items():
             batch[t].edges_mask = _prefix_mask(r.limit, r.real)
+
+
+def _physical_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
+    """Raises when one batch's ``edge_index`` alone (two int64 per edge
+    slot) would not fit this machine's memory: a budget that large is a
+    mistake (typically the fully connected default of a large node
+    budget), better said now than as a failed allocation later."""
+    memory = _physical_memory()
+    edges = opts.total_num_edges
+    if memory is None or 16 * edges <= memory:
+        return
+    raise ValueError(
+        f"The edge budget of {edges} edge slots per batch needs "
+        f"{16 * edges / 2**30:,.0f} GiB for edge_index alone, more than this "
+        f"machine's {memory / 2**30:,.0f} GiB (without num_edges, "
+        "FixedSizeOptions assumes fully connected graphs: num_nodes x "
+        "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
+        "data with FixedSizeOptions.from_dataset, for_packing or "
+        "for_batch_size.")
 
 
 def _prefix_mask(length: int, num_true: int) -> torch.Tensor:
