@@ -17,6 +17,7 @@ Example::
     [True, True, False, False, False]
 """
 import enum
+import os
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
@@ -26,11 +27,13 @@ from torch_geometric.data.data import BaseData
 from poptorch_core._logging import logger
 
 from ._padding.budget import BatchRoom
-from ._padding.columns import Columns
+from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
 from ._padding.plan import Level, make_padding_graphs
 from ._padding.trim import TrimCounts, prune
+from ._padding.validate import (check_edge_index, check_hetero_edge_index,
+                                check_same_attributes)
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -113,6 +116,7 @@ class FixedSizeCollater(Collater):
                  *,
                  fast_path: bool = True) -> None:
         super().__init__(follow_batch=follow_batch, exclude_keys=exclude_keys)
+        _check_budgets_fit_memory(fixed_size_options)
         self.opts = fixed_size_options
         self.add_masks_to_batch = add_masks_to_batch
         self.trim_nodes = trim_nodes
@@ -129,6 +133,7 @@ class FixedSizeCollater(Collater):
         hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
+        self._check_graphs(data_list, columns, room, hetero)
         if not hetero:
             self._detect_labels_type(data_list, columns,
                                      room.nodes[None].counts)
@@ -159,6 +164,8 @@ class FixedSizeCollater(Collater):
                                  room.nodes[None].counts, self.follow_batch,
                                  self.exclude_keys)
         if batch is None:
+            if not hetero and not isinstance(columns, StorageColumns):
+                check_edge_index(data_list, room.nodes[None].counts)
             batch = Batch.from_data_list(
                 data_list + make_padding_graphs(plan),
                 follow_batch=self.follow_batch,
@@ -226,6 +233,22 @@ class FixedSizeCollater(Collater):
             f"{sorted(t.__name__ for t in types)}.")
         return hetero
 
+    def _check_graphs(self, data_list: List[BaseData],
+                      columns: Optional[Columns], room: BatchRoom,
+                      hetero: bool) -> None:
+        """Raises for graphs whose attributes differ and, for hetero
+        graphs, edges outside their graph (``_padding/validate``); the two
+        homogeneous paths check edges where they concatenate them, and
+        graphs read from a dataset's storage were checked once, with the
+        storage."""
+        if hetero:
+            check_hetero_edge_index(data_list)
+        elif not isinstance(columns, StorageColumns):
+            check_same_attributes(
+                columns.mappings if columns is not None else
+                [d._store._mapping for d in data_list],
+                self.exclude_keys or ())
+
     def _specs(self, data_list: List[BaseData], columns: Optional[Columns],
                room: BatchRoom, hetero: bool) -> Dict[Hashable, list]:
         if hetero:
@@ -249,7 +272,7 @@ class FixedSizeCollater(Collater):
                             node_counts: List[int]) -> None:
         """Decides whether ``y`` is per graph or per node; a batch that
         cannot tell (every graph has one node) keeps the earlier answer."""
-        if "y" not in data_list[0]:
+        if "y" not in data_list[0] or "y" in (self.exclude_keys or ()):
             return
         if columns is not None:
             rows = columns.leading_sizes("y")
@@ -342,6 +365,32 @@ class FixedSizeCollater(Collater):
             batch[t].nodes_mask = _prefix_mask(r.limit, r.real)
         for t, r in room.edges.items():
             batch[t].edges_mask = _prefix_mask(r.limit, r.real)
+
+
+def _physical_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
+    """Raises when one batch's ``edge_index`` alone (two int64 per edge
+    slot) would not fit this machine's memory: a budget that large is a
+    mistake (typically the fully connected default of a large node
+    budget), better said now than as a failed allocation later."""
+    memory = _physical_memory()
+    edges = opts.total_num_edges
+    if memory is None or 16 * edges <= memory:
+        return
+    raise ValueError(
+        f"The edge budget of {edges} edge slots per batch needs "
+        f"{16 * edges / 2**30:,.0f} GiB for edge_index alone, more than this "
+        f"machine's {memory / 2**30:,.0f} GiB (without num_edges, "
+        "FixedSizeOptions assumes fully connected graphs: num_nodes x "
+        "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
+        "data with FixedSizeOptions.from_dataset, for_packing or "
+        "for_batch_size.")
 
 
 def _prefix_mask(length: int, num_true: int) -> torch.Tensor:

@@ -61,8 +61,28 @@ def _checked_options(options: Optional[Options]) -> Options:
         raise createPoptorchError(
             f"Invalid type: 'options' is of type {type(options)} "
             "(Expected poptorch.Options)")
+    _check_batching(options)
     options.freeze()
     return options.clone()
+
+
+def _check_batching(options: Options) -> None:
+    """Settings that are each valid but do not fit together."""
+    replicas, group = options.replication_factor, options.input_group_size
+    if replicas % group:
+        raise createPoptorchError(
+            f"inputReplicaGrouping's group size ({group}) does not divide "
+            f"replicationFactor ({replicas}): each input group must be the "
+            f"same number of replicas. Use a group size that divides "
+            f"{replicas}, or set replicationFactor to a multiple of {group}.")
+    period = options.output_return_period
+    steps = options.device_iterations * options.Training.gradient_accumulation
+    if OutputMode(options.output_mode) == OutputMode.EveryN and steps % period:
+        raise createPoptorchError(
+            f"outputMode(EveryN, {period}) returns one result every {period} "
+            f"micro-batches, and a call has {steps} (deviceIterations x "
+            f"gradientAccumulation), which {period} does not divide: use a "
+            f"period that divides {steps}.")
 
 
 def _check_inference_options(options: Options) -> None:
@@ -108,6 +128,14 @@ class PoplarExecutor:
         if training:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.Final)
+            if not any(True for _ in state.user_model.parameters()):
+                raise createPoptorchError(
+                    "poptorch.trainingModel needs a model with parameters "
+                    f"to train, and this {type(state.user_model).__name__} "
+                    "has none. Run it with poptorch.inferenceModel, or check "
+                    "that its layers are registered as submodules (module "
+                    "attributes, nn.ModuleList or nn.ModuleDict, not a "
+                    "Python list).")
             if optimizer is None:
                 optimizer = SGD(state.user_model.parameters(), lr=0.01)
             state.optimizer_link = OptimizerLink(state, optimizer)

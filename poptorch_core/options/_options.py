@@ -32,6 +32,10 @@ from ._namespaces import (TensorLocationSettings, _assert_type,
 __all__ = ["Options", "ConfigFileError", "TensorLocationSettings"]
 
 
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 class AnchorSpec(NamedTuple):
     """An anchored tensor as the executor reads it (``Options.anchors``)."""
     #: The internal tensor's name, e.g. ``Gradient___fc.weight``.
@@ -241,10 +245,16 @@ class Options(OptionsDict):
         _check_positive("input_group_size", input_group_size)
         if input_group_size > self.replication_factor:
             raise ValueError(
-                "input_group_size cannot be larger than replication_factor")
+                "input_group_size cannot be larger than replication_factor "
+                f"(got {input_group_size} for replicationFactor "
+                f"{self.replication_factor}): set replicationFactor first, "
+                "then inputReplicaGrouping.")
         if self.replication_factor % input_group_size != 0:
             raise ValueError(
-                "input_group_size must be a factor of replication_factor")
+                "input_group_size must be a factor of replication_factor "
+                f"(got {input_group_size} for replicationFactor "
+                f"{self.replication_factor}): use one of "
+                f"{_divisors(self.replication_factor)}.")
         return self.set(input_group_size=input_group_size,
                         input_cgt=input_group_type)
 
@@ -374,8 +384,13 @@ class Options(OptionsDict):
 
     def randomSeed(self, random_seed: int) -> "Options":
         """Seeds the device's random generator; also calls
-        ``torch.manual_seed(random_seed)``."""
+        ``torch.manual_seed(random_seed)``. The seed is a 64-bit integer
+        (as torch takes it: from ``-2**63`` to ``2**64 - 1``)."""
         _assert_type(random_seed, int, "random_seed")
+        if not -2**63 <= random_seed < 2**64:
+            raise ValueError(
+                f"random_seed ({random_seed}) does not fit 64 bits: use a "
+                "seed from -2**63 to 2**64 - 1.")
         torch.manual_seed(random_seed)
         return self.createOrSet(random_seed=random_seed)
 
