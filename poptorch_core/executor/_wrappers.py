@@ -7,6 +7,7 @@ import torch
 
 from .._version import __version__
 from ..enums import ConnectionType
+from ..errors import createPoptorchError
 from ..options import Options
 from . import _host_sync
 from ._executor import PoplarExecutor
@@ -16,7 +17,12 @@ __all__ = ["trainingModel", "inferenceModel", "load"]
 
 
 def _unwrap_executor(model):
-    return model.model if isinstance(model, PoplarExecutor) else model
+    model = model.model if isinstance(model, PoplarExecutor) else model
+    if not isinstance(model, torch.nn.Module):
+        raise createPoptorchError(
+            f"PopTorch wraps a torch.nn.Module, got {type(model).__name__} "
+            f"({model!r:.60}): pass the model object itself.")
+    return model
 
 
 def trainingModel(model: torch.nn.Module, options: Optional[Options] = None,

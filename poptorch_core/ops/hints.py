@@ -75,8 +75,13 @@ def set_available_memory(tensor: torch.Tensor,
         raise createPoptorchError(
             "You may only set available memory for torch.tensor values. "
             f"{type(tensor)} is not supported.")
-    return _on_ipu(_set_available_memory, tensor,
-                   float(available_memory_proportion))
+    proportion = float(available_memory_proportion)
+    if not 0.0 < proportion <= 1.0:
+        raise ValueError(
+            f"available_memory_proportion must be in (0, 1], got "
+            f"{available_memory_proportion!r}: it is the share of each "
+            "tile's memory the op may use for temporaries.")
+    return _on_ipu(_set_available_memory, tensor, proportion)
 
 
 def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,

@@ -92,6 +92,10 @@ class Optimizer:
                 value = EXTRA_DEFAULTS[name]
             if name.endswith("accum_type"):
                 check_accum_type(value)
+            elif isinstance(value, (str, bytes)):
+                raise TypeError(
+                    f"{name} must be a number, got {value!r} "
+                    f"({type(value).__name__}): pass {name}=float(...).")
             if name in ignored_extras:
                 continue
             if name in group_extras:
