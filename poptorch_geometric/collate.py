@@ -228,9 +228,10 @@ class FixedSizeCollater(Collater):
         if hetero and not self.opts.is_hetero():
             self.opts.to_hetero(first.node_types, first.edge_types)
         types = set(map(type, data_list))
-        assert len(types) == 1, (
-            "All graphs of a batch must have the same type, got "
-            f"{sorted(t.__name__ for t in types)}.")
+        if len(types) != 1:
+            raise AssertionError(
+                "All graphs of a batch must have the same type, got "
+                f"{sorted(t.__name__ for t in types)}.")
         return hetero
 
     def _check_graphs(self, data_list: List[BaseData],
@@ -289,11 +290,12 @@ class FixedSizeCollater(Collater):
             self.labels_type = self.LabelsType.NODE_LVL if per_node \
                 else self.LabelsType.GRAPH_LVL
             return
-        assert per_node and self.labels_type is not None, (
-            "Incorrect input data: the labels y must be graph-level "
-            "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
-            "num_nodes for every graph); got rows "
-            f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
+        if not (per_node and self.labels_type is not None):
+            raise AssertionError(
+                "Incorrect input data: the labels y must be graph-level "
+                "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
+                "num_nodes for every graph); got rows "
+                f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
 
     def _trim(self, data_list: List[BaseData], room: BatchRoom, kind: str,
               num_pad_graphs: int) -> List[BaseData]:
@@ -438,9 +440,10 @@ class CombinedBatchingCollater:
     def __call__(self, batch_list: List[Any]) -> Batch:
         size = self.mini_batch_size or len(batch_list)
         if self.num_mini_batches is None:
-            assert len(batch_list) % size == 0, (
-                f"Invalid batch size: {len(batch_list)} samples do not split "
-                f"into mini-batches of {size}.")
+            if len(batch_list) % size != 0:
+                raise AssertionError(
+                    f"Invalid batch size: {len(batch_list)} samples do not split "
+                    f"into mini-batches of {size}.")
         batches = [self.collater(batch_list[i:i + size])
                    for i in range(0, len(batch_list), size)]
         missing = (self.num_mini_batches or 0) - len(batches)

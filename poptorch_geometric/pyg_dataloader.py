@@ -172,10 +172,11 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         first = dataset[0]
         if isinstance(first, HeteroData) and not opts.is_hetero():
             opts.to_hetero(first.node_types, first.edge_types)
-        assert batch_size == opts.num_graphs, (
-            f"batch_size ({batch_size}) must equal "
-            f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
-            "is padded to num_graphs graphs.")
+        if batch_size != opts.num_graphs:
+            raise AssertionError(
+                f"batch_size ({batch_size}) must equal "
+                f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
+                "is padded to num_graphs graphs.")
         self.padded_batch_size = batch_size
         batch_sampler = self._choose_batch_sampler(
             dataset, fixed_size_strategy, shuffle, kwargs,
@@ -185,9 +186,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         else:
             torch_batch_size = batch_size - 1
         self.batch_sampler = batch_sampler
-        assert "collate_fn" not in kwargs, (
-            "FixedSizeDataLoader makes its own collate_fn (a "
-            "FixedSizeCollater); do not pass one.")
+        if "collate_fn" in kwargs:
+            raise AssertionError(
+                "FixedSizeDataLoader makes its own collate_fn (a "
+                "FixedSizeCollater); do not pass one.")
 
         collater = self._create_collater(
             fixed_size_options=opts, add_masks_to_batch=add_pad_masks,

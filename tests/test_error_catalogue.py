@@ -339,3 +339,29 @@ def test_the_catalogue_is_large():
     cases = (OPTIONS + WRAPPERS + CALLS + DATA + OPTIMIZERS + FIXED_SIZES +
              COLLATION + LOADERS)
     assert len(cases) >= 60
+
+
+def test_checks_survive_python_dash_o():
+    """``python -O`` strips assert statements; the checks still raise."""
+    import subprocess
+    import sys
+    code = (
+        "import torch, poptorch\n"
+        "try:\n"
+        "    poptorch.Options().deviceIterations('2')\n"
+        "except AssertionError as e:\n"
+        "    print('raised:', e)\n"
+        "loader = poptorch.DataLoader(poptorch.Options(),\n"
+        "    torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)\n"
+        "model = poptorch.inferenceModel(torch.nn.Linear(2, 1),\n"
+        "    poptorch.Options().deviceIterations(3))\n"
+        "try:\n"
+        "    model(torch.ones(4, 2))\n"
+        "except AssertionError as e:\n"
+        "    print('raised:', str(e)[:40])\n")
+    result = subprocess.run([sys.executable, "-O", "-c", code],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("raised:") == 2, result.stdout
+    assert "Unexpected type <class 'str'>" in result.stdout
+    assert "Invalid batch dimension" in result.stdout

@@ -52,8 +52,9 @@ class ArgsBinder:
         for p in self._params:
             if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
                 if used < len(args):
-                    assert p.name not in kwargs, \
-                        f"Parameter {p.name} was passed more than once"
+                    if p.name in kwargs:
+                        raise AssertionError(
+                            f"Parameter {p.name} was passed more than once")
                     value, used = args[used], used + 1
                 elif p.name in kwargs:
                     value = kwargs.pop(p.name)
@@ -77,9 +78,10 @@ class ArgsBinder:
                 else:
                     raise createPoptorchError(
                         f"Mandatory parameter {p.name} missing")
-        assert used == len(args), (
-            f"Too many arguments provided: expected at most {used} but got "
-            f"{len(args)}")
+        if used != len(args):
+            raise AssertionError(
+                f"Too many arguments provided: expected at most {used} but got "
+                f"{len(args)}")
         if kwargs:
             if not self._has_var_kw:
                 allowed = [p.name for p in self._params]

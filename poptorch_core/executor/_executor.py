@@ -143,7 +143,8 @@ class PoplarExecutor:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.All)
             _check_inference_options(options)
-            assert optimizer is None, "Optimizer should be None for inference"
+            if optimizer is not None:
+                raise AssertionError("Optimizer should be None for inference")
         options.freeze()
         if training:
             _host_sync.wrap(state.user_model,
@@ -264,8 +265,8 @@ class PoplarExecutor:
     @_serialised
     def __call__(self, *args, **kwargs) -> Any:
         state = self._state
-        assert state.options.connection_type != ConnectionType.Never.value, \
-            _OFFLINE_CALL_MSG
+        if state.options.connection_type == ConnectionType.Never.value:
+            raise AssertionError(_OFFLINE_CALL_MSG)
         bound = self._binder.bind(args, kwargs)
         warn_once_on_mode_mismatch(state)
         if not state.compiled:
@@ -347,7 +348,8 @@ class PoplarExecutor:
         """Sets the optimizer (or updates its hyper-parameters on the
         device). Call it after changing the optimizer's attributes, e.g.
         after an LR scheduler step."""
-        assert self._state.training, "Optimizer should be None for inference"
+        if not self._state.training:
+            raise AssertionError("Optimizer should be None for inference")
         self._state.optimizer_link.set_optimizer(optimizer)
 
     # --- Device attachment --------------------------------------------------
@@ -365,9 +367,10 @@ class PoplarExecutor:
         """Attaches to the device again after :meth:`detachFromDevice`
         (the host weights are copied to the device)."""
         program = self._state.require_program()
-        assert self._state.options.connection_type != \
-            ConnectionType.Never.value, \
-            "Trying to attach to an offline device (ConnectionType.Never)"
+        if not (self._state.options.connection_type != \
+                ConnectionType.Never.value):
+            raise AssertionError(
+                "Trying to attach to an offline device (ConnectionType.Never)")
         if self._state.attached:
             raise createPoptorchError("Device is already attached")
         program.state.copy_to_device()
@@ -428,14 +431,16 @@ class PoplarExecutor:
         """The value of the tensor anchored as ``short_name`` with
         ``Options.anchorTensor`` after the last call."""
         memory = self._state.anchor_memory
-        assert short_name in memory, f"No tensor with name {short_name} found."
+        if short_name not in memory:
+            raise AssertionError(f"No tensor with name {short_name} found.")
         return memory[short_name]
 
     def getTensorNames(self) -> List[str]:
         """Names of the tensors of the compiled model that can be
         anchored."""
-        assert self._state.compiled, \
-            "Model must be compiled before calling getTensorNames"
+        if not self._state.compiled:
+            raise AssertionError(
+                "Model must be compiled before calling getTensorNames")
         return _anchors.tensor_names(self._state.program)
 
     def getPerfCounters(self) -> Dict[str, List[List[float]]]:

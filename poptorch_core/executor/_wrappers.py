@@ -96,10 +96,11 @@ def load(filename: str,
         True
     """
     data = read_metadata(filename)
-    assert data.get("model") is not None and data.get("training") is not None, (
-        f"{filename} holds no model (it was saved with export_model=False): "
-        "create the trainingModel / inferenceModel wrapper yourself and call "
-        "loadExecutable() on it instead.")
+    if not (data.get("model") is not None and data.get("training") is not None):
+        raise AssertionError(
+            f"{filename} holds no model (it was saved with export_model=False): "
+            "create the trainingModel / inferenceModel wrapper yourself and call "
+            "loadExecutable() on it instead.")
     options = data["options"].clone()
     if options.connection_type == ConnectionType.Never.value:
         options.connectionType(ConnectionType.Always)

@@ -89,9 +89,12 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,
                      keep_precision: bool = False) -> torch.Tensor:
     """``torch.matmul(lhs, rhs)``, split into ``factor`` pieces along the
     dimension ``mode`` names when compiled for an IPU."""
-    assert isinstance(keep_precision, bool)
-    assert isinstance(factor, int)
-    assert isinstance(mode, MatMulSerializationMode)
+    if not isinstance(keep_precision, bool):
+        raise AssertionError
+    if not isinstance(factor, int):
+        raise AssertionError
+    if not isinstance(mode, MatMulSerializationMode):
+        raise AssertionError
     return _on_ipu(_set_matmul_serialization, torch.matmul(lhs, rhs),
                    mode.value, factor, keep_precision)
 

@@ -67,7 +67,8 @@ class NameScope:
     (nested scopes join with ``/``)."""
 
     def __init__(self, name: str):
-        assert isinstance(name, str), 'Parameter to NameScope must be a string'
+        if not isinstance(name, str):
+            raise AssertionError('Parameter to NameScope must be a string')
         self.name = name
         self._annotation: List[contextlib.AbstractContextManager] = []
 
@@ -189,13 +190,15 @@ class MultiConv:
 
     def perConvReservedTiles(self, value: int) -> "MultiConv":
         """Tiles reserved per convolution."""
-        assert isinstance(value, int)
+        if not isinstance(value, int):
+            raise AssertionError
         self._per_conv_reserved_tiles = value
         return self
 
     def cycleBackOff(self, value: float) -> "MultiConv":
         """Cycle back-off proportion of the planner."""
-        assert isinstance(value, float)
+        if not isinstance(value, float):
+            raise AssertionError
         self._cycle_back_off = value
         return self
 
