@@ -17,6 +17,7 @@ Example::
     >>> {b.x.shape[0] for b in loader} == {opts.num_nodes}
     True
 """
+from .cluster_loader import FixedSizeClusterLoader
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -24,6 +25,10 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
+from .neighbor_loader import (FixedSizeNeighborLoader,
+                              PyGFixedSizeNeighborLoader,
+                              TorchNeighborSampler)
+from .pyg_cluster_loader import ClusterData
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
 
@@ -43,12 +48,17 @@ __all__ = [
     # Also public in this reimplementation:
     "BatchingEfficiency",
     "batching_efficiency",
+    "ClusterData",
     "CombinedBatchingCollater",
     "DataBatch",
     "DataLoader",
+    "FixedSizeClusterLoader",
     "FixedSizeCollater",
+    "FixedSizeNeighborLoader",
     "HeteroDataBatch",
+    "PyGFixedSizeNeighborLoader",
     "StreamPackingSampler",
+    "TorchNeighborSampler",
     "call_once",
     "registerCustomArgParsers",
 ]
