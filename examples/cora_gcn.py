@@ -34,9 +34,10 @@ from poptorch_geometric.datasets import default_root
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import (  # noqa: E402
-    CPU_COLUMN, IPU_COLUMN, TrainingLog, example_parser, ipu_options,
-    loss_change, masked_mean_loss, percent, results_table, train_epochs,
-    write_json)
+    CPU_COLUMN, IPU_COLUMN, example_parser, ipu_options, masked_mean_loss,
+    train_epochs, write_json)
+from _node_classification import (  # noqa: E402
+    accuracies, dataset_record, format_node_summary, side_record)
 from _planetoid import DatasetUnavailable, load_planetoid  # noqa: E402
 
 
@@ -86,20 +87,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def _accuracies(logits: torch.Tensor, data: Data) -> Dict[str, float]:
-    correct = logits.argmax(dim=-1) == data.y
-    return {f"{split}_accuracy": float(correct[data[f"{split}_mask"]].float()
-                                       .mean())
-            for split in ("train", "val", "test")}
-
-
-def _side(log: TrainingLog, accuracies: Dict[str, float]) -> Dict[str, Any]:
-    return {"loss_history": log.losses,
-            "final_train_loss": log.losses[-1],
-            **accuracies,
-            "seconds_per_epoch": log.seconds_per_epoch}
-
-
 def _train_on_ipu(model: GCN, data: Data, args: argparse.Namespace
                   ) -> Tuple[Dict[str, Any], Dict[str, int]]:
     optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr,
@@ -118,7 +105,7 @@ def _train_on_ipu(model: GCN, data: Data, args: argparse.Namespace
     logits = eval_model(data.x, data.edge_index)
     compilations = {"train": train_model.compilations(),
                     "inference": eval_model.compilations()}
-    return _side(log, _accuracies(logits, data)), compilations
+    return side_record(log, accuracies(logits, data)), compilations
 
 
 def _train_on_cpu(model: GCN, data: Data,
@@ -138,7 +125,7 @@ def _train_on_cpu(model: GCN, data: Data,
     model.eval()
     with torch.no_grad():
         logits = model(data.x, data.edge_index)
-    return _side(log, _accuracies(logits, data))
+    return side_record(log, accuracies(logits, data))
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -164,12 +151,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return {
         "example": "cora_gcn",
         "epochs": args.epochs,
-        "dataset": {"name": "Cora", "nodes": data.num_nodes,
-                    "edges": data.num_edges,
-                    "features": dataset.num_features,
-                    "classes": dataset.num_classes,
-                    **{f"{split}_nodes": int(data[f"{split}_mask"].sum())
-                       for split in ("train", "val", "test")}},
+        "dataset": dataset_record(dataset, data),
         "simulated_ipu": ipu,
         "cpu_reference": (_train_on_cpu(reference, data, args)
                           if reference is not None else None),
@@ -186,13 +168,7 @@ def format_summary(summary: Dict[str, Any]) -> str:
     title = (f"Cora node classification, GCN, {summary['epochs']} epochs "
              f"({data['nodes']} nodes, {data['edges']} edges; backend "
              f"{summary['backend']})")
-    return results_table(title, summary, [
-        ("train loss", loss_change),
-        ("train accuracy", percent("train_accuracy")),
-        ("val accuracy", percent("val_accuracy")),
-        ("test accuracy", percent("test_accuracy")),
-        ("time per epoch", lambda s: f"{s['seconds_per_epoch'] * 1e3:.1f} ms"),
-    ])
+    return format_node_summary(title, summary)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
