@@ -19,7 +19,11 @@ data (the embedded NCI TPSA molecules) and the same model
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
-  measured epochs (fixed shapes: once).
+  measured epochs (fixed shapes: once);
+* sampling loaders (``bench_sampling.py``): seed nodes/s of the neighbour
+  loaders at fanout [15, 10] and subgraphs/s of the cluster loaders on a
+  1M-node power-law graph (100k with ``--quick``), their peak memory and
+  padding efficiency; ``--no-sampling`` skips them.
 
 Usage::
 
@@ -28,7 +32,6 @@ Usage::
 """
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -43,6 +46,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_sampling  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
@@ -257,6 +261,8 @@ def print_table(record: Dict[str, Any]) -> None:
           f"{o['interpret_over_eager']:>9.3f}")
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
+    if "sampling" in record:
+        bench_sampling.print_rows(record["sampling"])
 
 
 def plot(record: Dict[str, Any], path: str) -> None:
@@ -297,6 +303,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out", default="bench_out/benchmark.json")
     parser.add_argument("--plot", default=None, help="write a PNG chart here")
+    bench_sampling.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.limit = args.limit or 2000
@@ -339,6 +346,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         for key in ("compilations_first_epoch",
                     "compilations_measured_epochs")}
     record["ratios"] = _ratios(record)
+    if not args.no_sampling:
+        record["sampling"] = bench_sampling.sampling_benchmark(args)
+        record["ratios"].update(record["sampling"]["ratios"])
     return record
 
 
@@ -346,11 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     record = run(args)
     print_table(record)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-        print(f"\nJSON record: {args.out}")
+    bench_sampling.write_record(args.out, record)
     if args.plot:
         plot(record, args.plot)
         print(f"chart: {args.plot}")

@@ -35,18 +35,15 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv
 
-import poptorch
 import poptorch_geometric as pyg_ipu
-from poptorch_geometric.datasets import default_root
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import (  # noqa: E402
-    CPU_COLUMN, IPU_COLUMN, example_parser, ipu_options, masked_mean_loss,
-    train_epochs, write_json)
+    example_parser, ipu_options, masked_mean_loss)
 from _node_classification import (  # noqa: E402
-    accuracies, dataset_record, evaluate_on_ipu, format_node_summary,
-    side_record)
-from _planetoid import DatasetUnavailable, load_planetoid  # noqa: E402
+    add_training_arguments, evaluate_on_cpu, format_node_summary, load_cora,
+    run_example, side_record, summary_record, train_on_cpu,
+    train_padded_on_ipu)
 
 
 class GraphSAGE(torch.nn.Module):
@@ -85,21 +82,21 @@ class GraphSAGE(torch.nn.Module):
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = example_parser(__doc__)
-    parser.add_argument("--epochs", type=int, default=20)
+    add_training_arguments(parser, epochs=20, hidden=64)
     parser.add_argument("--batch-size", type=int, default=16,
                         help="seed (training) nodes per batch")
     parser.add_argument("--num-neighbors", type=int, nargs="+",
                         default=[10, 10], help="fanout per hop")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
-    parser.add_argument("--dropout", type=float, default=0.5)
     args = parser.parse_args(argv)
     if args.quick:
         args.epochs = 4
     if len(args.num_neighbors) != 2:
         parser.error("--num-neighbors takes one fanout per layer (2)")
     return args
+
+
+def _inputs(batch: Data) -> Tuple[torch.Tensor, ...]:
+    return batch.x, batch.edge_index, batch.y
 
 
 def _train_on_ipu(model: GraphSAGE, data: Data, args: argparse.Namespace
@@ -109,29 +106,7 @@ def _train_on_ipu(model: GraphSAGE, data: Data, args: argparse.Namespace
         data, args.num_neighbors, input_nodes=data.train_mask,
         batch_size=args.batch_size, shuffle=True,
         options=ipu_options(args))
-    # Training samples what the CPU reference samples.
-    torch.manual_seed(args.seed)
-    optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr,
-                                    weight_decay=args.weight_decay)
-    train_model = poptorch.trainingModel(model, ipu_options(args), optimizer)
-
-    def epoch() -> Tuple[float, int]:
-        losses = []
-        for batch in loader:
-            _, loss = train_model(batch.x, batch.edge_index, batch.y)
-            losses.append(float(loss.detach()))
-        return sum(losses) / len(losses), len(losses) * args.batch_size
-
-    log = train_epochs(args.epochs, epoch, IPU_COLUMN, not args.no_progress)
-    split_accuracies, eval_compilations = evaluate_on_ipu(model, data, args)
-    opts = loader.fixed_size_options
-    return side_record(log, split_accuracies), {
-        "compilations": {"train": train_model.compilations(),
-                         "inference": eval_compilations},
-        "fixed_sizes": {"num_nodes": opts.num_nodes,
-                        "num_edges": opts.num_edges,
-                        "num_graphs": opts.num_graphs},
-        "trimmed_batches": loader.fixed_size_collater.trimmed.graphs}
+    return train_padded_on_ipu(model, loader, _inputs, data, args)
 
 
 def _train_on_cpu(model: GraphSAGE, data: Data,
@@ -144,59 +119,24 @@ def _train_on_cpu(model: GraphSAGE, data: Data,
         batch_size=args.batch_size, shuffle=True, drop_last=True,
         neighbor_sampler=pyg_ipu.TorchNeighborSampler(data,
                                                       args.num_neighbors))
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr,
-                                 weight_decay=args.weight_decay)
-
-    def epoch() -> Tuple[float, int]:
-        losses = []
-        for batch in loader:
-            optimizer.zero_grad()
-            _, loss = model(batch.x, batch.edge_index, batch.y)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-        return sum(losses) / len(losses), len(losses) * args.batch_size
-
-    log = train_epochs(args.epochs, epoch, CPU_COLUMN, not args.no_progress)
-    model.eval()
-    with torch.no_grad():
-        logits = model(data.x, data.edge_index)
-    return side_record(log, accuracies(logits, data))
+    log = train_on_cpu(model, loader, _inputs, args)
+    return side_record(log, evaluate_on_cpu(model, data))
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Trains on the simulated IPU (and with ``args.cpu_reference`` with
     plain PyG on the CPU, from the same initial weights); returns the
-    summary.
-
-    Raises:
-        DatasetUnavailable: the Cora raw files are missing and could not be
-            downloaded.
-    """
-    if args.epochs < 1:
-        raise ValueError(f"--epochs must be at least 1, got {args.epochs}.")
-    root = args.data_root or default_root()
-    dataset = load_planetoid(root, "Cora", transform=T.NormalizeFeatures())
-    data = dataset[0]
+    summary (raises ``DatasetUnavailable`` without the Cora files)."""
+    dataset, data = load_cora(args, T.NormalizeFeatures())
     torch.manual_seed(args.seed)
     model = GraphSAGE(dataset.num_features, args.hidden,
                       dataset.num_classes, args.batch_size, args.dropout)
     reference = copy.deepcopy(model) if args.cpu_reference else None
     ipu, details = _train_on_ipu(model, data, args)
-    return {
-        "example": "cora_sage",
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "num_neighbors": args.num_neighbors,
-        "dataset": dataset_record(dataset, data),
-        "simulated_ipu": ipu,
-        "cpu_reference": (_train_on_cpu(reference, data, args)
-                          if reference is not None else None),
-        **details,
-        "backend": args.backend,
-        "host_device": args.host_device,
-        "seed": args.seed,
-    }
+    cpu = _train_on_cpu(reference, data, args) if reference else None
+    return summary_record("cora_sage", args, dataset, data, ipu, cpu,
+                          batch_size=args.batch_size,
+                          num_neighbors=args.num_neighbors, **details)
 
 
 def format_summary(summary: Dict[str, Any]) -> str:
@@ -211,15 +151,7 @@ def format_summary(summary: Dict[str, Any]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        summary = run(args)
-    except DatasetUnavailable as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(format_summary(summary))
-    write_json(args.json, summary)
-    return 0
+    return run_example(argv, parse_args, run, format_summary)
 
 
 if __name__ == "__main__":

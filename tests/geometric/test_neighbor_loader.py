@@ -12,17 +12,13 @@ from poptorch_geometric import (FixedSizeNeighborLoader, FixedSizeOptions,
                                 OverSizeStrategy, PyGFixedSizeNeighborLoader,
                                 TorchNeighborSampler)
 
+from ._sampling_graphs import paper_author_graph, random_graph
+
 NODE_PAD, EDGE_PAD = -1.0, -2.0
 
 
 def node_task_graph(num_nodes=15, num_edges=75, seed=42):
-    gen = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(num_nodes, 4, generator=gen),
-                edge_index=torch.randint(0, num_nodes, (2, num_edges),
-                                         generator=gen),
-                edge_attr=torch.randn(num_edges, 2, generator=gen),
-                y=torch.randint(0, 3, (num_nodes,), generator=gen),
-                num_nodes=num_nodes)
+    return random_graph(num_nodes, num_edges, seed)
 
 
 def options(num_nodes, num_edges):
@@ -207,20 +203,10 @@ def test_poptorch_side_concatenates_device_iterations():
 
 
 def test_hetero_padded_batches_keep_seeds_and_masks():
-    gen = torch.Generator().manual_seed(2)
-    data = HeteroData()
-    data["paper"].x = torch.randn(60, 3, generator=gen)
-    data["paper"].y = torch.randint(0, 4, (60,), generator=gen)
-    data["author"].x = torch.randn(30, 2, generator=gen)
-    data["paper", "cites", "paper"].edge_index = torch.randint(
-        0, 60, (2, 240), generator=gen)
-    writes = torch.stack([torch.randint(0, 30, (120,), generator=gen),
-                          torch.randint(0, 60, (120,), generator=gen)])
-    data["author", "writes", "paper"].edge_index = writes
-    data["paper", "rev", "author"].edge_index = writes.flip(0)
+    data = paper_author_graph(seed=2, papers=60, authors=30)
     fanouts = {("paper", "cites", "paper"): [3, 2],
                ("author", "writes", "paper"): [2, 2],
-               ("paper", "rev", "author"): [0, 3]}
+               ("paper", "rev_writes", "author"): [0, 3]}
     torch.manual_seed(4)
     expected = list(NeighborLoader(
         data, fanouts, input_nodes="paper", batch_size=8,

@@ -15,19 +15,10 @@ from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
 
 from poptorch_geometric import TorchNeighborSampler
 
+from ._sampling_graphs import paper_author_graph, random_graph
+
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def random_graph(num_nodes, num_edges, seed, features=True):
-    gen = torch.Generator().manual_seed(seed)
-    data = Data(edge_index=torch.randint(0, num_nodes, (2, num_edges),
-                                         generator=gen),
-                num_nodes=num_nodes)
-    if features:
-        data.x = torch.randn(num_nodes, 3, generator=gen)
-        data.edge_attr = torch.randn(num_edges, 2, generator=gen)
-    return data
 
 
 def loader_for(data, fanouts, batch_size, **kwargs):
@@ -250,27 +241,13 @@ def test_draws_with_replacement_are_uniform_and_independent():
 
 # -- heterogeneous graphs --------------------------------------------------
 
-def hetero_graph(seed):
-    gen = torch.Generator().manual_seed(seed)
-    data = HeteroData()
-    data["paper"].x = torch.randn(40, 3, generator=gen)
-    data["author"].x = torch.randn(25, 2, generator=gen)
-    data["paper", "cites", "paper"].edge_index = torch.randint(
-        0, 40, (2, 150), generator=gen)
-    writes = torch.stack([torch.randint(0, 25, (90,), generator=gen),
-                          torch.randint(0, 40, (90,), generator=gen)])
-    data["author", "writes", "paper"].edge_index = writes
-    data["paper", "rev_writes", "author"].edge_index = writes.flip(0)
-    return data
-
-
 HETERO_FANOUTS = {("paper", "cites", "paper"): [3, 2],
                   ("author", "writes", "paper"): [2, 1],
                   ("paper", "rev_writes", "author"): [1, 4]}
 
 
 def test_hetero_per_edge_type_fanouts_and_original_edges():
-    data = hetero_graph(seed=11)
+    data = paper_author_graph(seed=11)
     sampler = TorchNeighborSampler(data, HETERO_FANOUTS)
     torch.manual_seed(0)
     loader = NeighborLoader(data, HETERO_FANOUTS, input_nodes="paper",
