@@ -28,7 +28,6 @@ Usage::
     python examples/bench_sampling.py --out bench_out/sampling.json
 """
 import argparse
-import json
 import multiprocessing
 import os
 import resource
@@ -41,6 +40,9 @@ from torch_geometric.loader import ClusterLoader, NeighborLoader
 
 import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import default_root, power_law_graph
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _example_common import write_json  # noqa: E402
 
 #: Keys of the record's ``sampling`` section.
 RECORD_KEYS = ("config", "graph", "neighbor", "cluster", "ratios")
@@ -304,15 +306,6 @@ def print_rows(record: Dict[str, Any]) -> None:
           f"{record['cluster']['partition_s']:>12.1f}")
 
 
-def write_record(path: Optional[str], record: Dict[str, Any]) -> None:
-    """Writes the JSON record to ``path`` (if given) and says where."""
-    if path:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-        print(f"\nJSON record: {path}")
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -322,7 +315,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     record = sampling_benchmark(args)
     print_rows(record)
-    write_record(args.out, record)
+    if args.out:
+        write_json(args.out, record)
+        print(f"\nJSON record: {args.out}")
     return 0
 
 

@@ -47,6 +47,7 @@ from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_sampling  # noqa: E402
+from _example_common import write_json  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
@@ -356,7 +357,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     record = run(args)
     print_table(record)
-    bench_sampling.write_record(args.out, record)
+    if args.out:
+        write_json(args.out, record)
+        print(f"\nJSON record: {args.out}")
     if args.plot:
         plot(record, args.plot)
         print(f"chart: {args.plot}")

@@ -29,6 +29,7 @@ from .options import *  # noqa: F401,F403
 from .annotations import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
 from .tracing import *  # noqa: F401,F403
+from .ir import *  # noqa: F401,F403
 from .executor import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from . import enums, options, optim, profiling, testing

@@ -14,6 +14,7 @@ Example::
     >>> poptorch.registerCustomArgParser(Pair, PairParser())
 """
 import abc
+import importlib.metadata
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Type
 
 import torch
@@ -63,7 +64,25 @@ def _lookup(value: Any) -> Optional[ICustomArgParser]:
     return None
 
 
-_geometric_registered = False
+#: Entry-point group through which packages register parsers for their
+#: types. Each entry point is named after the top-level package whose types
+#: it handles and points to a function that registers the parsers.
+ENTRY_POINT_GROUP = "poptorch.custom_arg_parsers"
+_loaded_plugins: Dict[str, bool] = {}
+
+
+def _load_plugin(package: str) -> bool:
+    """Runs the registration entry point named ``package``, once."""
+    if package not in _loaded_plugins:
+        _loaded_plugins[package] = False
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP,
+                                                     name=package):
+            try:
+                entry.load()()
+            except ImportError:
+                continue
+            _loaded_plugins[package] = True
+    return _loaded_plugins[package]
 
 
 def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
@@ -71,18 +90,13 @@ def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
 
     PyG data objects get PopTorch Geometric's parser even when the script
     never imported ``poptorch_geometric``, as PopTorch does when PopTorch
-    Geometric is installed (imported on first use, not at ``import
-    poptorch``, to keep that import fast).
+    Geometric is installed. The core does not import its plugin: the
+    plugin registers itself through the ``poptorch.custom_arg_parsers``
+    entry point, which is loaded on the first value of a type from the
+    package it names (not at ``import poptorch``, to keep that fast).
     """
-    global _geometric_registered
     parser = _lookup(value)
-    if parser is None and not _geometric_registered and \
-            type(value).__module__.startswith("torch_geometric"):
-        _geometric_registered = True
-        try:
-            import poptorch_geometric  # noqa: F401  (registers its parsers)
-        except ImportError:
-            return None
+    if parser is None and _load_plugin(type(value).__module__.split(".")[0]):
         parser = _lookup(value)
     return parser
 

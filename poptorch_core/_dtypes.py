@@ -1,4 +1,4 @@
-"""IPU dtype rules at the graph boundary (spec 9.1).
+"""IPU dtype rules at the graph boundary.
 
 The IPU has no 64-bit types: int64 becomes int32 and float64 becomes float32
 on the way in (inputs, parameters, buffers) and on the way out (outputs).

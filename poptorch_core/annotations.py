@@ -25,12 +25,12 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
-from ._execution_strategies import (ParallelPhasedExecution, Phase,
+from .options._strategies import (ParallelPhasedExecution, Phase,
                                     PipelinedExecution, SerialPhasedExecution,
                                     ShardedExecution, Stage,
                                     _check_ipu_id, _record_block)
 # Re-exported: the base Options.setExecutionStrategy validates against.
-from ._execution_strategies import _IExecutionStrategy  # noqa: F401
+from .options._strategies import _IExecutionStrategy  # noqa: F401
 from ._impl import _cpp_error
 from .errors import createPoptorchError
 

@@ -17,6 +17,8 @@ Example::
     >>> {b.x.shape[0] for b in loader} == {opts.num_nodes}
     True
 """
+import poptorch_core as poptorch
+
 from .cluster_loader import FixedSizeClusterLoader
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
@@ -32,8 +34,9 @@ from .pyg_cluster_loader import ClusterData
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
 
-# The build replaces the template, as upstream.
-__version__ = "@VERSION@-@SNAPSHOT@"
+#: The PopTorch Geometric API version this package reproduces (upstream's
+#: build wrote it over an "@VERSION@-@SNAPSHOT@" template; here it is real).
+__version__ = poptorch.__version__
 
 # Later modules (training utilities, the PyG op overrides) add their names
 # here and to the imports above.

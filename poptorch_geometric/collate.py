@@ -25,12 +25,12 @@ from torch_geometric.data.data import BaseData
 
 from poptorch_core._logging import logger
 
-from ._budget import BatchRoom
-from ._columns import Columns
-from ._classify import homogeneous_specs, hetero_specs
-from ._fast_collate import fast_collate
-from ._padding import Level, make_padding_graphs
-from ._trim import TrimCounts, prune
+from ._padding.budget import BatchRoom
+from ._padding.columns import Columns
+from ._padding.classify import homogeneous_specs, hetero_specs
+from ._fastpath.collate import fast_collate
+from ._padding.plan import Level, make_padding_graphs
+from ._padding.trim import TrimCounts, prune
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import torch
 from torch_geometric.data import HeteroData
 
-from ._trim import TrimCounts
+from ._padding.trim import TrimCounts
 
 __all__ = ["BatchingEfficiency", "batching_efficiency"]
 

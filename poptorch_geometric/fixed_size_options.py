@@ -16,7 +16,7 @@ from torch_geometric.data.summary import Summary
 from torch_geometric.typing import EdgeType, NodeType
 
 from ._packing import batch_size_budget, packing_budget
-from ._sizes import edge_count, node_count
+from ._padding.sizes import edge_count, node_count
 
 __all__ = ["FixedSizeOptions", "validate_num_graphs"]
 

@@ -13,6 +13,8 @@ Example::
     >>> batch.x.shape[0], batch.edge_index.shape[1], batch.graphs_mask.tolist()
     (200, 600, [True, False])
 """
+import os
+import os.path as osp
 from typing import Any, List, Optional
 
 import torch.serialization
@@ -20,6 +22,8 @@ import torch.utils.data
 import torch_geometric.loader
 import torch_geometric.loader.cluster
 from torch_geometric.data import Batch, Data
+
+from poptorch_core._files import atomic_write
 
 from ._sampling.metis import graph_fingerprint, metis_partition
 from .collate import FixedSizeCollater
@@ -50,17 +54,28 @@ class ClusterData(torch_geometric.loader.ClusterData):
         if getattr(data, "edge_index", None) is None:
             raise ValueError("ClusterData partitions a graph with "
                              "edge_index; this one has none.")
-        if save_dir is not None and filename is None:
-            filename = "metis_" + graph_fingerprint(data.edge_index,
-                                                    data.num_nodes) + ".pt"
+        path = None
+        if save_dir is not None:
+            filename = filename or "metis_" + graph_fingerprint(
+                data.edge_index, data.num_nodes) + ".pt"
+            path = osp.join(save_dir, f"part_{num_parts}"
+                            f"{'_recursive' if recursive else ''}", filename)
+        saved = path is not None and osp.exists(path)
         # A saved partition holds only tensors in PyG's Partition class:
         # allow that class, so torch.load stays in weights-only mode.
         with torch.serialization.safe_globals(
                 [torch_geometric.loader.cluster.Partition]):
             super().__init__(data, num_parts, recursive=recursive,
-                             save_dir=save_dir, filename=filename, log=log,
+                             save_dir=save_dir if saved else None,
+                             filename=filename, log=log,
                              keep_inter_cluster_edges=keep_inter_cluster_edges,
                              sparse_format=sparse_format)
+        if path is not None and not saved:
+            # Written here rather than by PyG, atomically: an interrupted
+            # save never leaves a truncated partition to load later.
+            os.makedirs(osp.dirname(path), exist_ok=True)
+            with atomic_write(path) as f:
+                torch.save(self.partition, f)
 
     def _metis(self, edge_index: torch.Tensor,
                num_nodes: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch.utils.data
 from torch.utils.data import RandomSampler, SequentialSampler
 from torch_geometric.data import HeteroData
 
-from ._graph_cache import cached_graphs
+from ._fastpath.graph_cache import cached_graphs
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
@@ -52,6 +52,25 @@ class OverSizeStrategy(enum.Enum):
     TrimNodes = 2
     TrimEdges = 3
     TrimNodesAndEdges = 4
+
+
+_TRIMS_NODES = (OverSizeStrategy.TrimNodes, OverSizeStrategy.TrimNodesAndEdges)
+_TRIMS_EDGES = (OverSizeStrategy.TrimEdges, OverSizeStrategy.TrimNodesAndEdges)
+
+
+def _stream_packing_sampler(dataset: Any, opts: FixedSizeOptions,
+                            shuffle: bool, generator: Any,
+                            allow_skip_data: bool) -> StreamPackingSampler:
+    """The batch sampler of ``FixedSizeStrategy.StreamPack``: one graph,
+    node and edge of each batch stay free for the padding graph."""
+    # The loader's generator (if any) drives the shuffle, as it would
+    # without packing.
+    base = RandomSampler(dataset, generator=generator) if shuffle \
+        else SequentialSampler(dataset)
+    return StreamPackingSampler(
+        dataset, opts.num_graphs - 1, max_num_nodes=opts.total_num_nodes - 1,
+        max_num_edges=opts.total_num_edges - 1, base_sampler=base,
+        allow_skip_data=allow_skip_data)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -154,15 +173,8 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
                     "batch_sampler.")
-            # The loader's generator (if any) drives the shuffle, as it
-            # would without packing.
-            base = RandomSampler(dataset, generator=kwargs.get("generator")) \
-                if shuffle else SequentialSampler(dataset)
-            batch_sampler = StreamPackingSampler(
-                dataset, batch_size - 1,
-                max_num_nodes=opts.total_num_nodes - 1,
-                max_num_edges=opts.total_num_edges - 1,
-                base_sampler=base,
+            batch_sampler = _stream_packing_sampler(
+                dataset, opts, shuffle, kwargs.get("generator"),
                 allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
         elif fixed_size_strategy != FixedSizeStrategy.PadToMax:
             raise NotImplementedError(
@@ -177,13 +189,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
             "FixedSizeDataLoader makes its own collate_fn (a "
             "FixedSizeCollater); do not pass one.")
 
-        trim_nodes = over_size_strategy in (
-            OverSizeStrategy.TrimNodes, OverSizeStrategy.TrimNodesAndEdges)
-        trim_edges = over_size_strategy in (
-            OverSizeStrategy.TrimEdges, OverSizeStrategy.TrimNodesAndEdges)
         collater = self._create_collater(
             fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
-            trim_nodes=trim_nodes, trim_edges=trim_edges,
+            trim_nodes=over_size_strategy in _TRIMS_NODES,
+            trim_edges=over_size_strategy in _TRIMS_EDGES,
             follow_batch=follow_batch, exclude_keys=exclude_keys)
         super().__init__(dataset=dataset, batch_size=torch_batch_size,
                          shuffle=shuffle, batch_sampler=batch_sampler,

@@ -12,19 +12,13 @@ import torch
 from .._logging import logger
 from ..enums import DataLoaderMode
 from ..errors import createPoptorchError
+from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
 from ._partition import DistributedPartitionSampler
 from .accessor import AsynchronousDataAccessor
 
 __all__ = ["DataLoader"]
-
-
-def _options_type() -> type:
-    # options.py imports nothing from here; the lazy import keeps the data
-    # package importable on its own.
-    from ..options import Options  # pylint: disable=import-outside-toplevel
-    return Options
 
 
 def _check_batch_sampler(batch_size: Optional[int], shuffle: Optional[bool],
@@ -92,10 +86,9 @@ class DataLoader(torch.utils.data.DataLoader):
                  rebatched_worker_size: Optional[int] = None,
                  batch_sampler: Optional[Any] = None,
                  **kwargs: Any):
-        options_type = _options_type()
-        assert isinstance(options, options_type), (
+        assert isinstance(options, Options), (
             f"options must be a poptorch.Options, got {type(options).__name__}")
-        options._freeze()  # pylint: disable=protected-access
+        options.freeze()
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
         mode = DataLoaderMode(mode)

@@ -6,21 +6,23 @@ gradient of the last optimizer step (``Gradient___<name>``) and the updated
 weights (``UpdatedVar___<name>``). Anchored tensors are read after each call
 (the value of the last device iteration).
 """
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import torch
 
 from ..errors import createPoptorchError
+from ..options import Options
+from ._program import Program
 
 __all__: list = []
 
 
-def _param_index(program: Any) -> Dict[str, int]:
+def _param_index(program: Program) -> Dict[str, int]:
     return {name: i for i, names in enumerate(program.captured.param_names)
             for name in names}
 
 
-def tensor_names(program: Any) -> List[str]:
+def tensor_names(program: Program) -> List[str]:
     names = [f"input/{i}" for i in range(program.captured.num_inputs)]
     params = [n for names in program.captured.param_names for n in names]
     buffers = [n for names in program.captured.buffer_names for n in names]
@@ -32,16 +34,13 @@ def tensor_names(program: Any) -> List[str]:
     return names
 
 
-def wants_gradients(anchors: Dict[str, Any]) -> bool:
-    return any(entry[0].startswith("Gradient___")
-               for entry in anchors.values())
-
-
-def read_anchors(executor: Any, program: Any) -> Dict[str, torch.Tensor]:
+def read_anchors(options: Options,
+                 program: Program) -> Dict[str, torch.Tensor]:
+    """The anchored tensors' values after a call, by short name."""
     index = _param_index(program)
     values = {}
-    for short, entry in executor._options.anchored_tensors.items():
-        long_name = entry[0]
+    for short, anchor in options.anchors.items():
+        long_name = anchor.long_name
         kind, _, name = long_name.rpartition("___")
         if name not in index or kind not in ("", "Gradient", "UpdatedVar"):
             raise createPoptorchError(

@@ -1,5 +1,5 @@
 """Binding call arguments to ``forward``'s signature and validating them
-against the inputs the model was compiled with (spec 4.9).
+against the inputs the model was compiled with.
 
 There is no automatic recompilation: any change of structure, dtype, shape
 or non-tensor value after compilation is an error that says what changed and
@@ -172,7 +172,7 @@ class InputSignature:
                    {k: describe(v) for k, v in bound.named.items()})
 
     def validate(self, bound: BoundArgs) -> None:
-        """Raises the spec's mismatch error for the first difference."""
+        """Raises PopTorch's mismatch error for the first difference."""
         positional = tuple(describe(v) for v in bound.positional)
         named = {k: describe(v) for k, v in bound.named.items()}
         if positional == self.positional and named == self.named:

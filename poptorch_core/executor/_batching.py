@@ -1,4 +1,4 @@
-"""Splitting inputs into micro-batches and building outputs (spec 3).
+"""Splitting inputs into micro-batches and building outputs.
 
 Per call the executor consumes ``D x G x (R/g)`` micro-batches. A host
 tensor is laid out ``[D][G][R/g][micro, ...]`` along dim 0: device iteration

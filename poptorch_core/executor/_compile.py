@@ -1,31 +1,33 @@
-"""Building a :class:`~._program.Program` for an executor (spec 4.3, 10).
+"""Building a :class:`~._program.Program` for an executor.
 
 Compilation traces the model once on micro-batch-shaped copies of the
 inputs (with IPU dtypes), checks the graph against IPU rules, creates the
 device's copy of the weights and turns the graph into a runnable form.
 """
 import operator
-from typing import Any, List
+from typing import Any, Callable, Set, Tuple
 
 import torch
 import torch.fx
 
-from .. import _dtypes, _impl
+from .. import _impl
 from .._args_parser import flattenTensors, rebuildStructure
-from .._ipu_count import _ipus_to_reserve
 from .._logging import logger
 from ..annotations import _block_tracking
 from ..enums import OutputMode
-from ..tracing import capture as _capture
+from ..ir._ir import executable_ir
+from ..tracing import capture as _capture_mod
 from . import _pipeline
-from ._anchors import wants_gradients
 from ._args import BoundArgs, InputSignature
-from ._backends import Executable
+from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
-from ._host_memory import keep_host_memory
-from ._lowering import lower_for_host
+from ._ipu_count import _ipus_to_reserve
 from ._program import Program
-from ._wide_inputs import only_widened_inputs
+from ._state import ExecutorState
+from .backends import Executable
+from .backends._host_memory import keep_host_memory
+from .backends._lowering import lower_for_host
+from .backends._wide_inputs import only_widened_inputs
 
 __all__: list = []
 
@@ -35,29 +37,30 @@ _BROADCAST_BUFFERS_MSG = (
     "buffer broadcasting using poptorch.Options.broadcastBuffers(False).")
 
 
-def _trace_inputs(executor: Any, bound: BoundArgs, layout: Any,
-                  device: torch.device) -> List[torch.Tensor]:
-    """The first micro-batch of each input, with IPU dtypes: what the model
-    sees while it is traced."""
-    flat = flattenTensors(bound.as_structure())
-    warned_contiguous = warned_grad = False
-    micro = []
-    for i, tensor in enumerate(flat):
+def _micro_batch_of(layout: BatchLayout) -> Callable:
+    """What the model sees of each input while it is traced: the first
+    micro-batch, contiguous (with PopTorch's warnings, once each)."""
+    warned: Set[str] = set()
+
+    def warn_once(key: str, message: str) -> None:
+        if key not in warned:
+            warned.add(key)
+            logger.warning(message)
+
+    def prepare(tensor: torch.Tensor) -> torch.Tensor:
         layout.check_divisible(tensor)
-        if not tensor.is_contiguous() and not warned_contiguous:
-            warned_contiguous = True
-            logger.warning("At least one input tensor is not contiguous: "
-                           "non-contiguous tensors will be converted.")
-        if tensor.requires_grad and not warned_grad:
-            warned_grad = True
-            logger.warning("Input tensor has requires_grad=True set. This "
-                           "tensor will be detached because backward pass "
-                           "via inputs is not supported.")
-        tensor = _dtypes.to_ipu(tensor.detach(), f"Input {i}", device)
+        if not tensor.is_contiguous():
+            warn_once("contiguous", "At least one input tensor is not "
+                      "contiguous: non-contiguous tensors will be converted.")
+        if tensor.requires_grad:
+            warn_once("grad", "Input tensor has requires_grad=True set. This "
+                      "tensor will be detached because backward pass via "
+                      "inputs is not supported.")
+        tensor = tensor.detach()
         if tensor.dim() > 0:
             tensor = tensor.narrow(0, 0, layout.micro_shape(tensor)[0])
-        micro.append(tensor.contiguous())
-    return micro
+        return tensor.contiguous()
+    return prepare
 
 
 def _may_alias(node: Any) -> bool:
@@ -84,71 +87,85 @@ def _wide_int64_inputs(graph_module: torch.fx.GraphModule,
         if flat[i].dtype == torch.int64)
 
 
-def build_program(executor: Any, bound: BoundArgs) -> Program:
-    opts = executor._options
-    layout = executor._layout()
-    device = torch.device(opts.Simulator.host_device)
-    model = executor._model
-    training = executor._training
+def _capture(state: ExecutorState, bound: BoundArgs, layout: BatchLayout,
+             device: torch.device
+             ) -> Tuple[_capture_mod.CapturedModel, DeviceState, list,
+                        _pipeline.Placement]:
+    """Traces the model on its first micro-batch, with the device's copy of
+    the weights, and places its ops on IPUs."""
+    opts = state.options
+    trace_args, trace_kwargs = _capture_mod.ipu_arguments(
+        bound.positional, bound.named, device, _micro_batch_of(layout))
+    params, param_names, buffers, buffer_names = \
+        _capture_mod.module_state(state.model)
+    device_state = DeviceState(params, buffers,
+                               [n[0] for n in param_names + buffer_names],
+                               device)
+    op_blocks: list = []
+    with _block_tracking() as tracker:
+        captured = _capture_mod.capture_module(
+            state.model, trace_args, trace_kwargs, training=state.training,
+            device=device, params=device_state.params,
+            buffers=device_state.buffers(),
+            excludes=opts.source_location_excludes,
+            on_op=lambda: op_blocks.append(tracker.op_block()))
+    strategy = opts.execution_strategy
+    placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
+    _pipeline.check(strategy, placement, state.training,
+                    layout.gradient_accumulation, layout.device_iterations)
+    _ipus_to_reserve(placement.num_ipus, opts)
+    return captured, device_state, param_names, placement
 
-    if executor.per_replica_params:
+
+def _saved_inputs(bound: BoundArgs) -> Any:
+    """Host copies of the compile-time inputs (``save`` stores them)."""
+    structure = bound.as_structure()
+    return rebuildStructure(structure, iter(
+        [t.detach().cpu().clone() for t in flattenTensors(structure)]))
+
+
+def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
+    """Compiles ``state``'s model for the (full-batch) inputs ``bound``."""
+    opts = state.options
+    layout = state.layout()
+    device = torch.device(opts.Simulator.host_device)
+    if state.per_replica_params:
         raise _impl._cpp_error(
             "Replica-grouped weights (replicaGrouping) are not supported by "
             "the simulator yet: every replica holds the same weights. Remove "
             "the replicaGrouping() call to run the model.")
     if opts.Simulator.host_memory_pool:
         keep_host_memory()
-    micro = _trace_inputs(executor, bound, layout, device)
-    trace_args, trace_kwargs = rebuildStructure(bound.as_structure(),
-                                                iter(micro))
-    params, param_names, buffers, buffer_names = _capture.module_state(model)
-    state = DeviceState(params, buffers,
-                        [n[0] for n in param_names + buffer_names], device)
-    op_blocks: list = []
-    with _block_tracking() as tracker:
-        captured = _capture.capture_module(
-            model, trace_args, trace_kwargs, training=training,
-            device=device, params=state.params, buffers=state.buffers(),
-            excludes=opts._source_location_excludes,
-            on_op=lambda: op_blocks.append(tracker.op_block()))
-    strategy = opts._execution_strategy
-    placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
-    _pipeline.check(strategy, placement, training,
-                    layout.gradient_accumulation, layout.device_iterations)
-    _ipus_to_reserve(placement.num_ipus, opts)
-
+    captured, device_state, param_names, _ = _capture(state, bound, layout,
+                                                      device)
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:
         if opts.broadcast_buffers:
             raise _impl._cpp_error(_BROADCAST_BUFFERS_MSG)
-        state.make_per_replica(layout.replicas)
+        device_state.make_per_replica(layout.replicas)
 
     graph = captured.graph_module
     output_node = next(n for n in graph.graph.nodes if n.op == "output")
-    aliases = [_may_alias(n) for n in output_node.args[0]]
-    executor._ir._adopt_main_graph(graph)
-    executor._ir.num_host_transfers = (layout.device_iterations *
-                                       layout.gradient_accumulation)
-    executor._ir._mark_executable_built()
+    state.ir = executable_ir(graph, layout.device_iterations *
+                             layout.gradient_accumulation)
     seed = opts.random_seed if opts.exists("random_seed") else None
     host_graph = lower_for_host(graph)
     program = Program(
         captured=captured,
         executable=Executable(host_graph, opts.Simulator.execution_backend),
-        state=state, rng=DeviceRng(device, seed), layout=layout,
+        state=device_state, rng=DeviceRng(device, seed), layout=layout,
         signature=InputSignature.of(bound),
         output_mode=OutputMode(opts.output_mode),
-        output_period=opts.output_return_period, training=training,
+        output_period=opts.output_return_period, training=state.training,
         reduction=opts.Training.accumulation_and_replication_reduction_type,
-        output_aliases=aliases,
-        saved_inputs=rebuildStructure(bound.as_structure(), iter(
-            [t.detach().cpu().clone()
-             for t in flattenTensors(bound.as_structure())])),
-        keep_gradients=wants_gradients(opts.anchored_tensors),
+        output_aliases=[_may_alias(n) for n in output_node.args[0]],
+        saved_inputs=_saved_inputs(bound),
+        keep_gradients=any(a.long_name.startswith("Gradient___")
+                           for a in opts.anchors.values()),
         wide_inputs=_wide_int64_inputs(host_graph, bound, captured.num_inputs),
         uses_rng=any(torch.Tag.nondeterministic_seeded in
                      getattr(node.target, "tags", ())
                      for node in graph.graph.nodes))
-    if training:
-        program.device_optimizer = executor._optimizer_link.build(
-            state, param_names)
+    if state.training:
+        program.device_optimizer = state.optimizer_link.build(
+            device_state, param_names)
     return program

@@ -1,35 +1,79 @@
-"""``PoplarExecutor``: a model wrapped to run on the simulated IPU (spec 4).
+"""``PoplarExecutor``: a model wrapped to run on the simulated IPU.
 
 The executor keeps its own copy of the weights (the "device"), compiles the
 model on the first call (dispatch tracing, rule checks), and runs each call
 with PopTorch's batching, output-mode and training semantics. Weights are
-synchronised exactly when PopTorch synchronises them (spec 4.4).
+synchronised exactly when PopTorch synchronises them: after a training
+call the host copy is stale until it is read (``_host_sync``).
+
+Everything the wrapper knows lives in one :class:`~._state.ExecutorState`;
+this class is the public facade over it.
 """
 import datetime
+import functools
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
 from .. import _impl
 from .._logging import logger
 from .._printing import module_repr
+from ..annotations import PipelinedExecution, ShardedExecution
 from ..enums import ConnectionType, OutputMode
-from ..errors import NO_EXECUTABLE_ERR, createPoptorchError
+from ..errors import createPoptorchError
+from ..ir import Ir
+from ..optim import SGD
 from ..options import Options
-from ..tracing.ir import Ir
-from . import _host_sync
+from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
-from ._batching import BatchLayout
+from ._compile import build_program
 from ._optimizer_link import OptimizerLink
+from ._param_proxy import ParameterProxy
 from ._perf import PerfCounters
-from ._program import Program
+from ._state import ExecutorState
 
 __all__ = ["PoplarExecutor"]
 
 _OFFLINE_CALL_MSG = (
     "Trying to run a model on an offline device (ConnectionType.Never): use "
     "model.compile(inputs) instead of model(inputs)")
+_INFERENCE_ACCUMULATION_MSG = (
+    "You must set poptorch.Options().Training.gradientAccumulation to 1 or "
+    "leave it as its default value (1) when running a "
+    "poptorch.inferenceModel().")
+
+
+def _serialised(method: Callable) -> Callable:
+    """Runs ``method`` under the wrapper's lock (see ``ExecutorState.lock``)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._state.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+def _checked_options(options: Optional[Options]) -> Options:
+    options = options if options is not None else Options()
+    if not isinstance(options, Options):
+        raise createPoptorchError(
+            f"Invalid type: 'options' is of type {type(options)} "
+            "(Expected poptorch.Options)")
+    options.freeze()
+    return options.clone()
+
+
+def _check_inference_options(options: Options) -> None:
+    if options.Training.gradient_accumulation == 1:
+        return
+    msg = _INFERENCE_ACCUMULATION_MSG
+    strategy = options.execution_strategy
+    if isinstance(strategy, PipelinedExecution) and \
+            not isinstance(strategy, ShardedExecution):
+        msg += (" Use poptorch.Options().deviceIterations to process a "
+                "sufficient number of batches each run for pipelined "
+                "execution instead.")
+    raise createPoptorchError(msg)
 
 
 class PoplarExecutor:
@@ -37,217 +81,197 @@ class PoplarExecutor:
 
     Call it like the model. Attribute reads are forwarded to the user model,
     so ``executor.fc.weight`` and ``executor.state_dict()`` work.
+
+    Example::
+
+        >>> ipu_model = poptorch.inferenceModel(torch.nn.Linear(4, 2))
+        >>> ipu_model(torch.randn(8, 4)).shape
+        torch.Size([8, 2])
+        >>> ipu_model.isCompiled(), ipu_model.isAttachedToDevice()
+        (True, True)
     """
 
     def __init__(self, model: torch.nn.Module, options: Optional[Options],
                  training: bool, poptorch_version: str,
                  optimizer: Optional[torch.optim.Optimizer] = None,
                  user_model: Optional[torch.nn.Module] = None):
-        options = options if options is not None else Options()
-        if not isinstance(options, Options):
-            raise createPoptorchError(
-                f"Invalid type: 'options' is of type {type(options)} "
-                "(Expected poptorch.Options)")
-        options._freeze()
-        options = options.clone()
-        self._user_model = user_model if user_model is not None else model
-        self._model = model
-        self._training = training
+        options = _checked_options(options)
+        state = ExecutorState(model, user_model if user_model is not None
+                              else model, options, training)
+        state.copy_to_host = lambda: self.copyWeightsToHost()
+        self._state = state
         self._poptorch_version = poptorch_version
-        self._options = options
-        self._program: Optional[Program] = None
-        self._is_attached = False
-        self._dirty_host_weights = False
-        self._trained_weights_version = None
-        self._cached_rng_state: Optional[List[int]] = None
-        self._anchor_memory: Dict[str, torch.Tensor] = {}
         self._perf = PerfCounters()
-        self._compilation_time: Optional[datetime.timedelta] = None
-        self._ir = Ir()
-        self.per_replica_params: Dict[str, Any] = {}
-        self._binder = ArgsBinder(self._model)
-        self._optimizer_link: Optional[OptimizerLink] = None
-
+        self._binder = ArgsBinder(model)
         if training:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.Final)
             if optimizer is None:
-                from .. import optim
-                optimizer = optim.SGD(self._user_model.parameters(), lr=0.01)
-            self._optimizer_link = OptimizerLink(self, optimizer)
+                optimizer = SGD(state.user_model.parameters(), lr=0.01)
+            state.optimizer_link = OptimizerLink(state, optimizer)
         else:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.All)
-            if options.Training.gradient_accumulation != 1:
-                msg = ("You must set poptorch.Options().Training."
-                       "gradientAccumulation to 1 or leave it as its default "
-                       "value (1) when running a poptorch.inferenceModel().")
-                from ..annotations import PipelinedExecution, ShardedExecution
-                strategy = options._execution_strategy
-                if isinstance(strategy, PipelinedExecution) and \
-                        not isinstance(strategy, ShardedExecution):
-                    msg += (" Use poptorch.Options().deviceIterations to "
-                            "process a sufficient number of batches each run "
-                            "for pipelined execution instead.")
-                raise createPoptorchError(msg)
+            _check_inference_options(options)
             assert optimizer is None, "Optimizer should be None for inference"
-        self._inherit_anchor_modes()
-        options._freeze()
+        options.freeze()
         if training:
-            _host_sync.wrap(self._user_model, self)
-
-    def _inherit_anchor_modes(self) -> None:
-        for anchor in self._options.anchored_tensors.values():
-            if anchor[1]:  # no mode given: follow the model's
-                anchor[2] = self._options.output_mode
-                anchor[3] = self._options.output_return_period
+            _host_sync.wrap(state.user_model,
+                            sync=state.copy_weights_to_host_if_needed,
+                            destroy=self.destroy)
 
     # --- Attribute passthrough --------------------------------------------
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_user_model", "_model"):
+        if name.startswith("__") or name == "_state":
             raise AttributeError(name)
-        value = getattr(self._user_model, name)
+        value = getattr(self._state.user_model, name)
         if isinstance(value, torch.nn.Parameter):
-            from ._param_proxy import ParameterProxy
-            return ParameterProxy(self, name, value)
+            return ParameterProxy(self._state, name, value)
         return value
 
     def __repr__(self) -> str:
-        return module_repr(self._user_model)
+        return module_repr(self._state.user_model)
 
     @property
     def model(self) -> torch.nn.Module:
-        return self._user_model
+        """The user's model (its weights sync from the device on access)."""
+        return self._state.user_model
 
     @property
     def options(self) -> Options:
-        return self._options
+        """This wrapper's own (frozen) copy of the options."""
+        return self._state.options
+
+    @property
+    def per_replica_params(self) -> Dict[str, Any]:
+        """Parameters given per-replica values with ``replicaGrouping``."""
+        return self._state.per_replica_params
 
     @property
     def ir(self) -> Ir:
         """The :class:`~poptorch_core.Ir` holding the compiled graph."""
-        return self._ir
+        return self._state.ir
 
     # --- Compilation --------------------------------------------------------
+    @_serialised
     def compile(self, *args, **kwargs) -> None:
-        """Traces and compiles the model for these (full-batch) inputs."""
-        if self._program is not None:
+        """Traces and compiles the model for these (full-batch) inputs,
+        without running it."""
+        if self._state.compiled:
             logger.warning("Call to compile() ignored: the executable is "
                            "already compiled")
             return
         self._compile(self._binder.bind(args, kwargs))
 
-    def _layout(self) -> BatchLayout:
-        opts = self._options
-        return BatchLayout(opts.device_iterations,
-                           opts.Training.gradient_accumulation,
-                           opts.replication_factor, opts.input_group_size,
-                           opts.input_cgt)
-
     def _compile(self, bound: BoundArgs) -> None:
-        from ._compile import build_program
+        state = self._state
+        if state.training:
+            self._rewrap_after_destroy()
         start = time.perf_counter()
-        self._program = build_program(self, bound)
-        self._compilation_time = datetime.timedelta(
+        state.program = build_program(state, bound)
+        state.compilation_time = datetime.timedelta(
             seconds=time.perf_counter() - start)
-        if self._options.connection_type != ConnectionType.Never.value:
+        if state.options.connection_type != ConnectionType.Never.value:
             self._attach()
+
+    def _rewrap_after_destroy(self) -> None:
+        """A destroyed training wrapper that compiles again instruments its
+        model again, so that the model keeps seeing the trained weights; if
+        another wrapper now owns the model, training here would update a
+        private copy nobody sees, so that is an error."""
+        state = self._state
+        sync = state.copy_weights_to_host_if_needed
+        if _host_sync.wrapped_for(state.user_model, sync):
+            return
+        if _host_sync.is_wrapped(state.user_model):
+            raise createPoptorchError(
+                "This trainingModel was destroyed and its model is now "
+                "wrapped by another poptorch.trainingModel: call that "
+                "wrapper instead (this one would train a copy of the weights "
+                "that the model never sees).")
+        _host_sync.wrap(state.user_model, sync=sync, destroy=self.destroy)
 
     def compileAndExport(self, filename: str, *args, export_model: bool = True,
                          **kwargs) -> None:
+        """Compiles the model for these inputs and saves it to
+        ``filename`` (see :meth:`save`)."""
         self.compile(*args, **kwargs)
         self.save(filename, export_model)
 
+    @_serialised
     def save(self, filename: str, export_model: bool = True,
              save_rng_state: bool = True) -> None:
-        """Saves the compiled model to one self-describing file."""
-        self._require_program()
-        from ._serialization import save_executor
-        save_executor(self, filename, export_model, save_rng_state)
+        """Saves the compiled model to one self-describing file. With
+        ``export_model`` the file also holds the model and its optimizer,
+        so that :func:`poptorch.load` can rebuild the wrapper."""
+        _serialization.save_executor(self._state, filename, export_model,
+                                     save_rng_state)
 
+    @_serialised
     def loadExecutable(self, filename: str) -> None:
-        """Loads an executable saved by :meth:`save` for this model."""
-        from ._serialization import load_executable
-        load_executable(self, filename)
+        """Loads an executable saved by :meth:`save` for this model: the
+        model is compiled for the inputs stored in the file."""
+        data = _serialization.read_metadata(filename)
+        positional, named = data["executable_inputs"]
+        self._state.program, self._state.attached = None, False
+        self.compile(*positional, **named)
+        if "rng_state" in data:
+            self.rng_state = data["rng_state"]
 
     # --- Running ------------------------------------------------------------
+    @_serialised
     def __call__(self, *args, **kwargs) -> Any:
-        assert self._options.connection_type != ConnectionType.Never.value, \
+        state = self._state
+        assert state.options.connection_type != ConnectionType.Never.value, \
             _OFFLINE_CALL_MSG
         bound = self._binder.bind(args, kwargs)
-        if self._program is None:
+        if not state.compiled:
             self._compile(bound)
-        if not self._is_attached:
+        if not state.attached:
             self.attachToDevice()
-        if not self._training:
+        if not state.training:
             self._follow_trained_weights()
-        program = self._program
+        program = state.program
         program.signature.validate(bound)
-        if self._optimizer_link is not None:
-            self._optimizer_link.before_run()
+        if state.optimizer_link is not None:
+            state.optimizer_link.before_run()
         self._perf.start_call()
         outputs = program.run(bound)
         self._perf.end_call(program.layout)
-        if self._training:
-            self._dirty_host_weights = True
-            self._optimizer_link.after_run()
-        self._store_anchors(program)
+        if state.training:
+            state.host_weights_stale = True
+            state.optimizer_link.after_run()
+        if state.options.anchored_tensors:
+            state.anchor_memory.update(
+                _anchors.read_anchors(state.options, program))
         return outputs
 
     def _follow_trained_weights(self) -> None:
         """An inference model picks up weights trained by a training model
-        wrapping the same user model (spec 4.2 step 5)."""
-        user = self._user_model
-        sync = getattr(type(user), "copyWeightsToHostIfNeeded", None)
-        if sync is None:
-            return
-        user.copyWeightsToHostIfNeeded()
-        version = user.__dict__.get("_host_weights_version")
-        if version != self._trained_weights_version:
+        wrapping the same user model."""
+        state = self._state
+        version = _host_sync.current_weights_version(state.user_model)
+        if version != state.followed_weights_version:
             self.copyWeightsToDevice()
-            self._trained_weights_version = version
-
-    def _store_anchors(self, program: Program) -> None:
-        if not self._options.anchored_tensors:
-            return
-        from ._anchors import read_anchors
-        self._anchor_memory.update(read_anchors(self, program))
+            state.followed_weights_version = version
 
     # --- Weights ------------------------------------------------------------
-    def _require_program(self) -> Program:
-        if self._program is None:
-            raise createPoptorchError(NO_EXECUTABLE_ERR)
-        return self._program
-
+    @_serialised
     def copyWeightsToHost(self) -> None:
         """Copies the device weights and buffers to the host model."""
-        program = self._require_program()
-        self._dirty_host_weights = False
-        program.state.copy_to_host()
-        user = self._user_model
-        if "_host_weights_version" in user.__dict__:
-            user.__dict__["_host_weights_version"] += 1
+        self._state.copy_weights_to_host()
 
-    def _copy_weights_to_host_if_needed(self) -> bool:
-        if not self._dirty_host_weights:
-            return False
-        self._dirty_host_weights = False
-        logger.debug("Implicit copyWeightsToHost()")
-        self.copyWeightsToHost()
-        return True
-
+    @_serialised
     def copyWeightsToDevice(self) -> None:
         """Copies the host model's weights and buffers to the device."""
-        program = self._require_program()
-        if self._optimizer_link is not None:
-            self._optimizer_link.sync_state_to_host()
-        program.state.copy_to_device()
+        self._state.copy_weights_to_device()
 
+    @_serialised
     def copyNamedBuffersToDevice(self) -> None:
         """Copies only the buffers listed by
         ``Options.updatableNamedBuffers`` to the device."""
-        program = self._require_program()
-        names = self._options._Popart.options.get("updatableNamedBuffers")
+        program = self._state.require_program()
+        names = self._state.options.popartOption("updatableNamedBuffers")
         if not names:
             raise createPoptorchError(
                 "No named buffers marked as updatable via "
@@ -256,127 +280,155 @@ class PoplarExecutor:
                    if any(a in names for a in aliases)]
         program.state.copy_to_device(indices)
 
+    @_serialised
     def load_state_dict(self, state_dict: Dict[str, Any],
                         strict: bool = True):
-        result = self._user_model.load_state_dict(state_dict, strict)
+        """Loads ``state_dict`` into the host model and, once attached, the
+        device."""
+        result = self._state.user_model.load_state_dict(state_dict, strict)
         if self.isAttachedToDevice():
             self.copyWeightsToDevice()
         return result
 
     # --- Optimizer ----------------------------------------------------------
+    @_serialised
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Sets the optimizer (or updates its hyper-parameters on the
         device). Call it after changing the optimizer's attributes, e.g.
         after an LR scheduler step."""
-        assert self._training, "Optimizer should be None for inference"
-        self._optimizer_link.set_optimizer(optimizer)
+        assert self._state.training, "Optimizer should be None for inference"
+        self._state.optimizer_link.set_optimizer(optimizer)
 
     # --- Device attachment --------------------------------------------------
     def _attach(self) -> None:
-        self._is_attached = True
-        program = self._program
-        if self._optimizer_link is not None:
-            self._optimizer_link.on_attach()
-        if self._cached_rng_state is not None:
-            program.rng.set_state(self._cached_rng_state)
-            self._cached_rng_state = None
+        state = self._state
+        state.attached = True
+        if state.optimizer_link is not None:
+            state.optimizer_link.on_attach()
+        if state.cached_rng_state is not None:
+            state.program.rng.set_state(state.cached_rng_state)
+            state.cached_rng_state = None
 
+    @_serialised
     def attachToDevice(self) -> None:
-        program = self._require_program()
-        assert self._options.connection_type != ConnectionType.Never.value, \
+        """Attaches to the device again after :meth:`detachFromDevice`
+        (the host weights are copied to the device)."""
+        program = self._state.require_program()
+        assert self._state.options.connection_type != \
+            ConnectionType.Never.value, \
             "Trying to attach to an offline device (ConnectionType.Never)"
-        if self._is_attached:
+        if self._state.attached:
             raise createPoptorchError("Device is already attached")
         program.state.copy_to_device()
         self._attach()
 
+    @_serialised
     def detachFromDevice(self) -> None:
-        program = self._require_program()
-        if not self._is_attached:
+        """Detaches from the device; the weights and optimizer state are
+        copied to the host first."""
+        state = self._state
+        program = state.require_program()
+        if not state.attached:
             raise createPoptorchError("Device is not attached")
-        self._cached_rng_state = program.rng.get_state()
-        if self._training:
-            self._copy_weights_to_host_if_needed()
-            self._optimizer_link.sync_state_to_host()
-        self._is_attached = False
+        state.cached_rng_state = program.rng.get_state()
+        state.sync_to_host()
+        state.attached = False
         logger.debug("Detached from device")
 
     def isAttachedToDevice(self) -> bool:
-        return self._program is not None and self._is_attached
+        """Whether the model is compiled and attached to its device."""
+        return self._state.attached
 
     def isCompiled(self) -> bool:
-        return self._program is not None
+        """Whether the model has been compiled."""
+        return self._state.compiled
 
+    @_serialised
     def destroy(self) -> None:
         """Drops the executable; a training wrapper also unwraps the user
         model so that it can be wrapped again."""
-        if self._program is not None:
-            if self._training:
-                self._copy_weights_to_host_if_needed()
-                self._optimizer_link.sync_state_to_host()
-            self._program = None
-            self._is_attached = False
-            self._ir = Ir()
-        if self._training and _host_sync.is_wrapped(self._user_model):
-            _host_sync.unwrap(self._user_model)
+        state = self._state
+        if state.compiled:
+            state.sync_to_host()
+            state.program = None
+            state.attached = False
+            state.ir = Ir()
+        if state.training and _host_sync.is_wrapped(state.user_model):
+            _host_sync.unwrap(state.user_model)
 
     # --- RNG ----------------------------------------------------------------
     @property
     def rng_state(self) -> List[int]:
-        return self._require_program().rng.get_state()
+        """The device RNG state, ``[seed] + state`` as PopTorch returns
+        it; assign a saved one to replay random ops."""
+        return self._state.require_program().rng.get_state()
 
     @rng_state.setter
-    def rng_state(self, state: List[int]) -> None:
-        program = self._require_program()
-        if self._is_attached:
-            program.rng.set_state(state)
+    def rng_state(self, rng_state: List[int]) -> None:
+        state = self._state
+        program = state.require_program()
+        if state.attached:
+            program.rng.set_state(rng_state)
         else:
-            self._cached_rng_state = list(state)
+            state.cached_rng_state = list(rng_state)
 
     # --- Introspection ------------------------------------------------------
     def getAnchoredTensor(self, short_name: str) -> torch.Tensor:
-        assert short_name in self._anchor_memory, \
-            f"No tensor with name {short_name} found."
-        return self._anchor_memory[short_name]
+        """The value of the tensor anchored as ``short_name`` with
+        ``Options.anchorTensor`` after the last call."""
+        memory = self._state.anchor_memory
+        assert short_name in memory, f"No tensor with name {short_name} found."
+        return memory[short_name]
 
     def getTensorNames(self) -> List[str]:
-        assert self._program is not None, \
+        """Names of the tensors of the compiled model that can be
+        anchored."""
+        assert self._state.compiled, \
             "Model must be compiled before calling getTensorNames"
-        from ._anchors import tensor_names
-        return tensor_names(self._program)
+        return _anchors.tensor_names(self._state.program)
 
     def getPerfCounters(self) -> Dict[str, List[List[float]]]:
+        """Host timestamps of each device iteration's input transfer,
+        compute and output transfer, per input or output."""
         return self._perf.counters()
 
     def getHostIpuLatency(self):
+        """(min, max, mean) seconds of the host-to-device transfers."""
         return self._perf.host_ipu_latency()
 
     def getComputeLatency(self):
+        """(min, max, mean) seconds of the device computations."""
         return self._perf.compute_latency()
 
     def getIpuHostLatency(self):
+        """(min, max, mean) seconds of the device-to-host transfers."""
         return self._perf.ipu_host_latency()
 
     def getLatency(self):
+        """(min, max, mean) seconds from input transfer to output."""
         return self._perf.latency()
 
     def compilationTime(self) -> datetime.timedelta:
-        if self._program is None:
+        """How long the compilation took."""
+        state = self._state
+        if not state.compiled:
             raise createPoptorchError(
                 "Please compile the model before obtaining compilation time.")
-        if not self._options._show_compilation_progress_bar:
+        if not state.options.show_compilation_progress_bar:
             raise createPoptorchError(
                 "Please set showCompilationProgressBar option to obtain "
                 "compilation time.")
-        return self._compilation_time
+        return state.compilation_time
 
     def cycleCount(self) -> int:
-        if not self._options._Popart.options.get(
+        """Cycle count of the last run: only available on IPU hardware,
+        so this always raises on the simulator."""
+        if not self._state.options.popartOption(
                 "instrumentWithHardwareCycleCounter", False):
             raise createPoptorchError(
                 "Cycle count logging is disabled. Please set option "
                 "logCycleCount to True to enable.")
-        if self._program is None:
+        if not self._state.compiled:
             raise createPoptorchError(
                 "Please run the model at least once before obtaining cycle "
                 "count.")
@@ -386,4 +438,5 @@ class PoplarExecutor:
     def compilations(self) -> int:
         """How many times the ``compile`` backend compiled this model's
         graph (0 for the ``interpret`` backend)."""
-        return self._program.executable.compilations if self._program else 0
+        program = self._state.program
+        return program.executable.compilations if program else 0

@@ -1,8 +1,8 @@
 """Lazy device-to-host weight sync for models wrapped by ``trainingModel``.
 
 After a training call the host weights are stale. Instead of copying them
-back after every call, the wrapper instruments the user's model in place
-(spec 4.1): the model's class becomes ``Poptorch<Class>``, each parameter's
+back after every call, the wrapper instruments the user's model in place:
+the model's class becomes ``Poptorch<Class>``, each parameter's
 class a ``Parameter`` subclass and each buffer's class a ``Tensor``
 subclass. Reading the weights through any of them (``model.parameters()``,
 ``state_dict()``, ``model(x)``, ``model.fc.weight``, ``w.data``,
@@ -102,25 +102,20 @@ def _wrapper_class(cls: type) -> type:
         return value
 
     def __reduce_ex__(self, protocol):
-        state = dict(self.__dict__)
-        state.pop("_host_weights_version", None)
-        state.pop("_poptorch_sync", None)
-        return (_rebuild_unwrapped, (cls,), state)
+        return (_rebuild_unwrapped, (cls,), dict(self.__dict__))
 
     def copyWeightsToHostIfNeeded(self) -> bool:
         """Copies the weights from the device if a training call made the
         host copy stale. Returns True if it copied."""
-        executor = _executor_of(self)
-        if executor is None:
-            return False
-        return executor._copy_weights_to_host_if_needed()
+        sync = _owner_method(self, 0)
+        return sync() if sync is not None else False
 
     def destroy(self) -> None:
         """Destroys the PopTorch wrapper of this model (see
         ``PoplarExecutor.destroy``)."""
-        executor = _executor_of(self)
-        if executor is not None:
-            executor.destroy()
+        destroy = _owner_method(self, 1)
+        if destroy is not None:
+            destroy()
 
     wrapper = type(f"Poptorch{cls.__name__}", (cls,), {
         "__getattribute__": __getattribute__, "__getattr__": __getattr__,
@@ -133,29 +128,55 @@ def _wrapper_class(cls: type) -> type:
     return wrapper
 
 
-_executors: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# Model -> weak references to its wrapper's (sync, destroy) methods; model
+# -> its sync callable (held here so that the tensors' weak references to it
+# stay alive); model -> how many times its host weights were copied from a
+# device.
+_owners: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_syncs: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_weights_versions: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _executor_of(model: torch.nn.Module):
-    ref = _executors.get(model)
-    return ref() if ref is not None else None
+def _owner_method(model: torch.nn.Module, index: int) -> Optional[Callable]:
+    refs = _owners.get(model)
+    return refs[index]() if refs is not None else None
 
 
 def is_wrapped(model: torch.nn.Module) -> bool:
     return type(model) in _wrapper_classes.values()
 
 
-def wrap(model: torch.nn.Module, executor: Any) -> None:
-    """Instruments ``model`` (in place) for ``executor``'s lazy sync."""
+def wrapped_for(model: torch.nn.Module, sync: Callable[[], bool]) -> bool:
+    """Whether ``model`` is wrapped with ``sync`` as its sync method."""
+    return is_wrapped(model) and _owner_method(model, 0) == sync
+
+
+def bump_weights_version(model: torch.nn.Module) -> None:
+    """Records that ``model``'s host weights were copied from a device."""
+    _weights_versions[model] = _weights_versions.get(model, 0) + 1
+
+
+def current_weights_version(model: torch.nn.Module) -> Optional[int]:
+    """Syncs a model wrapped for training and returns the version of its
+    host weights (None for a model no training wrapper owns)."""
+    if not is_wrapped(model):
+        return None
+    model.copyWeightsToHostIfNeeded()
+    return _weights_versions.get(model, 0)
+
+
+def wrap(model: torch.nn.Module, *, sync: Callable[[], bool],
+         destroy: Callable[[], None]) -> None:
+    """Instruments ``model`` (in place) for lazy sync: reading its weights
+    calls ``sync()`` (which copies them from the device if they are newer)
+    and ``model.destroy()`` calls ``destroy()``. Both are held weakly."""
     for name, buffer in model.named_buffers():
         if type(buffer) not in (torch.Tensor, _SyncingBuffer):
             raise createPoptorchError(
                 f"All buffers must be an instance of torch.Tensor (Got "
                 f"{type(buffer)})")
-    _executors[model] = weakref.ref(executor)
+    _owners[model] = (weakref.WeakMethod(sync), weakref.WeakMethod(destroy))
     model.__class__ = _wrapper_class(type(model))
-    if not hasattr(model, "_host_weights_version"):
-        model.__dict__["_host_weights_version"] = 0
     sync = _make_sync(model)
     for param in model.parameters():
         if type(param) is torch.nn.Parameter:
@@ -174,8 +195,7 @@ def _make_sync(model: torch.nn.Module) -> Callable:
         model = model_ref()
         if model is not None:
             model.copyWeightsToHostIfNeeded()
-    # Held by the model so that the weak references above stay alive.
-    model.__dict__["_poptorch_sync"] = sync
+    _syncs[model] = sync
     return weakref.ref(sync)
 
 
@@ -193,6 +213,6 @@ def unwrap(model: torch.nn.Module) -> None:
                 tensor.__class__ = torch.nn.Parameter
             elif type(tensor) is _SyncingBuffer:
                 tensor.__class__ = torch.Tensor
-    model.__dict__.pop("_poptorch_sync", None)
-    _executors.pop(model, None)
+    _syncs.pop(model, None)
+    _owners.pop(model, None)
     model.__class__ = type(model)._poptorch_original_class

@@ -1,5 +1,4 @@
-"""The link between a training model's host optimizer and its device copy
-(spec 6.6).
+"""The link between a training model's host optimizer and its device copy.
 
 The host optimizer (a ``poptorch.optim`` or native ``torch.optim``
 optimizer over the user's parameters) never steps: it describes the
@@ -9,39 +8,52 @@ attach; the optimizer state (moments, ...) is read back lazily through the
 host optimizer's ``state_dict()`` and written to the device after
 ``load_state_dict``.
 """
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
 from .._logging import logger
+from ..optim import Optimizer
+from ..optim._attributes import OptimizerAttrTracker, convertOptimizerToDict
+from ..optim._device import DeviceOptimizer
+from ..options import Options
 
 __all__: list = []
 
 
 def _is_poptorch_optimizer(optimizer: Any) -> bool:
-    from ..optim import Optimizer
     return isinstance(optimizer, Optimizer)
+
+
+class LinkOwner(Protocol):
+    """What the link needs from the wrapper that owns it."""
+    options: Options
+    attached: bool
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the model is compiled (the device optimizer exists)."""
+
+    def copy_weights_to_host_if_needed(self) -> bool:
+        """Copies the device weights to the host if they are newer."""
 
 
 class OptimizerLink:
     """Keeps one executor's host optimizer and device optimizer in step."""
 
-    def __init__(self, executor: Any, optimizer: torch.optim.Optimizer):
-        from ..optim._attributes import OptimizerAttrTracker, \
-            convertOptimizerToDict
-        self._executor = executor
-        self._convert = convertOptimizerToDict
-        self._tracker = OptimizerAttrTracker(executor._options)
+    def __init__(self, owner: LinkOwner, optimizer: torch.optim.Optimizer):
+        self._owner = owner
+        self._tracker = OptimizerAttrTracker(owner.options)
         self.optimizer = optimizer
-        self.device_optimizer: Any = None
-        self._description = self._convert(optimizer, self._tracker,
-                                          executor._options, False)
+        self.device_optimizer: Optional[DeviceOptimizer] = None
+        self._description = convertOptimizerToDict(
+            optimizer, self._tracker, owner.options, False)
         self._tracker.enableChecks()
         self._instrument(optimizer)
 
     @property
     def _compiled(self) -> bool:
-        return self._executor._program is not None
+        return self._owner.compiled
 
     def _instrument(self, optimizer: Any) -> None:
         if _is_poptorch_optimizer(optimizer):
@@ -53,9 +65,8 @@ class OptimizerLink:
         return self.device_optimizer.read_state()
 
     # --- Compile / attach ---------------------------------------------------
-    def build(self, state: Any, names: Any) -> Any:
+    def build(self, state: Any, names: Any) -> DeviceOptimizer:
         """Creates the device optimizer over the device parameters."""
-        from ..optim._device import DeviceOptimizer
         device_params = {id(host): dev for host, dev in
                          zip(state.host_params, state.params)}
         param_names = {id(host): name[0] for host, name in
@@ -81,7 +92,7 @@ class OptimizerLink:
         optimizer = self.optimizer
         if _is_poptorch_optimizer(optimizer) and optimizer.ipu_state_is_dirty:
             # The weights the state belongs to must reach the host first.
-            self._executor._copy_weights_to_host_if_needed()
+            self._owner.copy_weights_to_host_if_needed()
             self._write_state()
 
     def after_run(self) -> None:
@@ -118,8 +129,8 @@ class OptimizerLink:
                 optimizer.ipu_state_is_dirty = optimizer.has_state()
             self.optimizer = optimizer
             self._instrument(optimizer)
-        description = self._convert(optimizer, self._tracker,
-                                    self._executor._options, self._compiled)
+        description = convertOptimizerToDict(
+            optimizer, self._tracker, self._owner.options, self._compiled)
         changed = description != self._description
         self._description = description
         if self.device_optimizer is None:
@@ -127,7 +138,7 @@ class OptimizerLink:
         if changed or optimizer is not old:
             logger.debug("Updating group 0 optimizer ...")
             self.device_optimizer.update_from_host(optimizer)
-        if self._executor.isAttachedToDevice() and \
+        if self._owner.attached and \
                 _is_poptorch_optimizer(optimizer) and \
                 optimizer.ipu_state_is_dirty:
             self._write_state()

@@ -1,10 +1,11 @@
-"""The parameter proxy returned by ``executor.<param>`` (spec 4.8, 7.8)."""
+"""The parameter proxy returned by ``executor.<param>``."""
 from typing import Any
 
 import torch
 
 from ..enums import CommGroupType, VariableRetrievalMode
 from ..errors import createPoptorchError
+from ._state import ExecutorState
 
 __all__: list = []
 
@@ -13,8 +14,9 @@ class ParameterProxy:
     """Forwards everything to a model parameter and adds
     :meth:`replicaGrouping`."""
 
-    def __init__(self, executor: Any, name: str, param: torch.nn.Parameter):
-        object.__setattr__(self, "_executor", executor)
+    def __init__(self, state: ExecutorState, name: str,
+                 param: torch.nn.Parameter):
+        object.__setattr__(self, "_state", state)
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_param", param)
 
@@ -37,10 +39,10 @@ class ParameterProxy:
         if self._param.dim() == 0:
             raise createPoptorchError(
                 "Scalars cannot be passed as per-replica weight tensor values")
-        if self._executor.isCompiled():
+        if self._state.compiled:
             raise createPoptorchError(
                 "replicaGrouping() must be called before the model is "
                 "compiled: call destroy() first, or set it on a new wrapper.")
-        self._executor.per_replica_params[self._name] = (
+        self._state.per_replica_params[self._name] = (
             CommGroupType(comm_group_type), shards,
             VariableRetrievalMode(variable_retrieval_mode))

@@ -1,5 +1,5 @@
-"""Placement of the traced ops on (simulated) IPUs and the pipelining rules
-of spec 7.4.
+"""Placement of the traced ops on (simulated) IPUs and PopTorch's
+pipelining rules.
 
 The simulator runs every strategy as the unannotated model would compute
 it; what it checks is that PopTorch could have compiled the placement: a new
@@ -39,7 +39,7 @@ def resolve(strategy: Any, seen_blocks: Sequence[Tuple[str, Optional[int]]],
 
 def check(strategy: Any, placement: Placement, training: bool,
           gradient_accumulation: int, device_iterations: int) -> None:
-    """Raises the backend errors of spec 7.4 for a pipelined strategy."""
+    """Raises PopTorch's backend errors for a pipelined strategy."""
     if not isinstance(strategy, PipelinedExecution) or \
             isinstance(strategy, ShardedExecution):
         return

@@ -2,7 +2,7 @@
 
 A :class:`Program` is what ``compile`` produces: the captured graph, its
 runnable form, the device state and the batch layout. :meth:`Program.run`
-executes one call (spec 4.5): for each device iteration, each accumulation
+executes one call: for each device iteration, each accumulation
 step and each replica, the graph runs on that replica's micro-batch; a
 training call back-propagates the final loss of each micro-batch (times the
 loss scaling), reduces the gradients over ``G x R`` by mean or sum and
@@ -20,7 +20,7 @@ from ..enums import OutputMode, ReductionType
 from ..errors import createPoptorchError
 from ..tracing.capture import CapturedModel
 from ._args import BoundArgs, InputSignature
-from ._backends import Executable
+from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
 

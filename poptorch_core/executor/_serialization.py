@@ -19,10 +19,11 @@ from typing import Any, Dict
 
 import torch
 
+from .._files import atomic_write
 from .._logging import logger
 from .._version import __version__
-from ..enums import ConnectionType
 from ..errors import createPoptorchError
+from ._state import ExecutorState
 
 __all__: list = []
 
@@ -42,20 +43,21 @@ def _resolve_path(filename: str) -> str:
     return filename
 
 
-def save_executor(executor: Any, filename: str, export_model: bool,
+def save_executor(state: ExecutorState, filename: str, export_model: bool,
                   save_rng_state: bool) -> None:
-    program = executor._program
+    """Writes ``state``'s compiled model to ``filename``."""
+    program = state.require_program()
     data: Dict[str, Any] = {
         "version": __version__,
         "executable_inputs": program.saved_inputs,
-        "options": executor._options,
+        "options": state.options,
     }
     if export_model:
-        if executor._training:
-            executor._copy_weights_to_host_if_needed()
-        optimizer = executor._optimizer_link.optimizer \
-            if executor._optimizer_link is not None else None
-        data.update(training=executor._training, model=executor._user_model,
+        if state.training:
+            state.copy_weights_to_host_if_needed()
+        optimizer = state.optimizer_link.optimizer \
+            if state.optimizer_link is not None else None
+        data.update(training=state.training, model=state.user_model,
                     optimizer=optimizer,
                     optimizer_state=optimizer.state_dict()
                     if optimizer is not None else None)
@@ -65,7 +67,8 @@ def save_executor(executor: Any, filename: str, export_model: bool,
     torch.save(data, buffer, pickle_protocol=4)
     payload = buffer.getvalue()
     path = _resolve_path(filename)
-    with open(path, "wb") as f:
+    # A failed overwrite (full disk, Ctrl-C) keeps the previous checkpoint.
+    with atomic_write(path, "wb") as f:
         f.write(MAGIC)
         f.write(_HEADER.pack(FORMAT_VERSION, len(payload)))
         f.write(payload)
@@ -111,49 +114,3 @@ def read_metadata(filename: str) -> Dict[str, Any]:
             f"created with version: {data.get('version')} and this is "
             f"version {__version__}")
     return data
-
-
-def load_executable(executor: Any, filename: str) -> None:
-    """Re-traces ``executor``'s model for the inputs stored in ``filename``
-    and attaches to the device."""
-    data = read_metadata(filename)
-    positional, named = data["executable_inputs"]
-    executor._program, executor._is_attached = None, False
-    executor.compile(*positional, **named)
-    if "rng_state" in data:
-        executor.rng_state = data["rng_state"]
-
-
-def load(filename: str, edit_opts_fn=None):
-    """Loads a model saved by ``PoplarExecutor.save`` (with
-    ``export_model=True``) as a ready-to-run ``trainingModel`` or
-    ``inferenceModel``.
-
-    Example::
-
-        >>> ipu_model.save("model.poptorch")
-        >>> restored = poptorch.load("model.poptorch")
-    """
-    from . import inferenceModel, trainingModel
-    data = read_metadata(filename)
-    assert data.get("model") is not None and data.get("training") is not None, (
-        f"{filename} holds no model (it was saved with export_model=False): "
-        "create the trainingModel / inferenceModel wrapper yourself and call "
-        "loadExecutable() on it instead.")
-    options = data["options"].clone()
-    if options.connection_type == ConnectionType.Never.value:
-        options.connectionType(ConnectionType.Always)
-    if options.exists("ipu_version"):
-        options.deleteIfExists("ipu_version")
-    if edit_opts_fn is not None:
-        edit_opts_fn(options)
-    model = data["model"]
-    if data["training"]:
-        optimizer = data["optimizer"]
-        if data.get("optimizer_state") is not None:
-            optimizer.load_state_dict(data["optimizer_state"])
-        executor = trainingModel(model, options, optimizer)
-    else:
-        executor = inferenceModel(model, options)
-    executor.loadExecutable(filename)
-    return executor

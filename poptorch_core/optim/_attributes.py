@@ -15,12 +15,13 @@ Example::
     >>> desc["type"], desc["groups"][0]["lr"]
     ('SGD2', (0.1, False))
 """
-from typing import Any, Dict, Iterable, Set
+from typing import Any, Dict, Iterable, Optional, Set
 
 import torch
 
 from .._logging import logger
 from ..enums import MeanReductionStrategy
+from ..options import Options
 from ._base import Optimizer, _torch_arg_names
 from ._classes import LAMB, SGD, Adam, AdamW, RMSprop
 from ._resolve import ResolvedOptimizer, resolve_optimizer
@@ -57,7 +58,7 @@ _INTERNAL_ATTRIBUTES = frozenset({
 _NATIVE_TORCH_TYPES = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW,
                        torch.optim.RMSprop)
 # Native torch optimizers have no VariableAttributes: these are constant
-# while they hold this value (spec 6.3).
+# while they hold this value.
 _NATIVE_CONSTANT_VALUES = {
     "weight_decay": 0.0,
     "momentum": 0.0,
@@ -94,8 +95,8 @@ class OptimizerAttrTracker:
         >>> tracker.checkOptimizerAttributes(["my_lr"])         # warns
     """
 
-    def __init__(self, options: Any) -> None:
-        relax = getattr(options, "_relax_optimizer_checks", False)
+    def __init__(self, options: Optional[Options]) -> None:
+        relax = options is not None and options.relax_optimizer_checks
         self._log = logger.debug if relax else logger.warning
         self._optimizer_attributes: Set[str] = set()
         self._group_attributes: Set[str] = set()
@@ -141,7 +142,8 @@ class OptimizerAttrTracker:
 
 
 def convertOptimizerToDict(optimizer: torch.optim.Optimizer,
-                           attr_tracker: OptimizerAttrTracker, options: Any,
+                           attr_tracker: OptimizerAttrTracker,
+                           options: Optional[Options],
                            is_compiled: bool) -> Dict[str, Any]:
     """Validates ``optimizer`` and describes it for the device.
 
@@ -262,21 +264,16 @@ def _require_running_mean_strategy(options: Any, is_compiled: bool) -> None:
                 "strategy: setting options.Training."
                 "meanAccumulationAndReplicationReductionStrategy to "
                 "poptorch.MeanReductionStrategy.Running")
-    was_frozen = getattr(options, "_is_frozen", False)
-    options._unfreeze()
-    try:
+    with options.thawed():
         training.setMeanAccumulationAndReplicationReductionStrategy(
             MeanReductionStrategy.Running)
-    finally:
-        if was_frozen:
-            options._freeze()
 
 
-def _auto_loss_scaling(options: Any) -> bool:
-    popart = getattr(options, "_Popart", None)
-    popart_options: Dict[str, Any] = getattr(popart, "options", None) or {}
-    if popart_options.get("automaticLossScalingSettings.enabled"):
+def _auto_loss_scaling(options: Optional[Options]) -> bool:
+    if options is None:
+        return False
+    if options.popartOption("automaticLossScalingSettings.enabled"):
         return True
-    settings = popart_options.get("automaticLossScalingSettings", {})
+    settings = options.popartOption("automaticLossScalingSettings", {})
     return isinstance(settings, dict) and bool(settings.get("enabled"))
 

@@ -83,7 +83,7 @@ def resolve_optimizer(optimizer: torch.optim.Optimizer) -> ResolvedOptimizer:
 
 
 def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
-    """The device optimizer type for ``optimizer`` (spec 6.4's mapping)."""
+    """The device optimizer type for ``optimizer`` (PopTorch's mapping)."""
     if isinstance(optimizer, torch.optim.SGD):
         if getattr(optimizer, "use_combined_accum",
                    EXTRA_DEFAULTS["use_combined_accum"]):

@@ -1,4 +1,7 @@
-"""Dispatch tracing: capture a model into an ATen-level ``torch.fx`` graph,
-check it against IPU rules, and hold it in a PopXL-style :class:`Ir`."""
-from .ir import *  # noqa: F401,F403
-from ._trace_model import *  # noqa: F401,F403
+"""Dispatch tracing: capture a model into an ATen-level ``torch.fx`` graph
+(:mod:`.capture`) and check it against IPU rules (:mod:`.rules`).
+
+The PopXL-style container of the result, ``Ir``, lives in
+:mod:`poptorch_core.ir`, one layer up.
+"""
+__all__: list = []

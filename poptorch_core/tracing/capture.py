@@ -30,7 +30,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import _impl
+from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
 from . import _interception, rules
@@ -179,6 +179,21 @@ def _trace_copy(tensor: torch.Tensor, training: bool) -> torch.Tensor:
     return copy
 
 
+def ipu_arguments(args: Sequence[Any], kwargs: Dict[str, Any],
+                  device: torch.device,
+                  prepare: Optional[Callable[[torch.Tensor],
+                                             torch.Tensor]] = None
+                  ) -> Tuple[List[Any], Dict[str, Any]]:
+    """The forward's arguments as a traced model sees them: every tensor
+    leaf (after ``prepare``, e.g. taking one micro-batch) with its IPU dtype
+    on ``device``. Raises if an int64 value does not fit int32."""
+    structure = (list(args), dict(kwargs))
+    flat = [_dtypes.to_ipu(prepare(t) if prepare else t.detach(),
+                           f"Input {i}", device)
+            for i, t in enumerate(flattenTensors(structure))]
+    return rebuildStructure(structure, iter(flat))
+
+
 def capture_module(module: torch.nn.Module, args: Sequence[Any],
                    kwargs: Dict[str, Any], *, training: bool,
                    device: torch.device,
@@ -232,14 +247,22 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                          *trace_params, *trace_buffers, *trace_inputs)
 
     rules.check_graph(gm, excludes)
-    # Version counters miss kernels that write through raw pointers (the
-    # running statistics of batch_norm), so values are compared as well.
-    originals = list(buffers) + list(inputs)
-    mutated = [i for i, (t, v, orig) in enumerate(
-        zip(trace_buffers + trace_inputs, versions, originals))
-        if t._version != v or not torch.equal(t, orig.detach())]
+    mutated = _mutated(trace_buffers + trace_inputs, versions,
+                       list(buffers) + list(inputs))
     return _finalise(gm, param_state, buffer_state, len(inputs), result,
                      mutated, training)
+
+
+def _mutated(traced: Sequence[torch.Tensor], versions: Sequence[int],
+             originals: Sequence[torch.Tensor]) -> List[int]:
+    """Indices of the buffers and inputs that the traced forward changed.
+
+    Version counters miss kernels that write through raw pointers (the
+    running statistics of batch_norm), so values are compared as well.
+    """
+    return [i for i, (t, v, orig) in enumerate(zip(traced, versions,
+                                                   originals))
+            if t._version != v or not torch.equal(t, orig.detach())]
 
 
 def _finalise(gm: torch.fx.GraphModule, param_state: _StateSlots,
@@ -296,7 +319,7 @@ def _is_identity_loss(target: object) -> bool:
 
 
 def _find_final_loss(outputs: List[torch.fx.Node]) -> torch.fx.Node:
-    """The single loss that no other live loss consumes (spec 4.7)."""
+    """The single loss that no other live loss consumes."""
     live = rules.ancestors(outputs)
     losses = [n for n in live if rules.is_op(n, _is_identity_loss)]
     # A loss feeding another loss is dissolved into plain ops.

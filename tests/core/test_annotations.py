@@ -9,7 +9,7 @@ import torch
 import poptorch_core as poptorch
 from poptorch_core import enums
 from poptorch_core.annotations import _block_tracking, _BeginBlockHook
-from poptorch_core._ipu_count import _ipus_to_reserve
+from poptorch_core.executor._ipu_count import _ipus_to_reserve
 
 
 class _TwoLayers(torch.nn.Module):

@@ -11,7 +11,7 @@ import torch._inductor.config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor._cpu_inductor import (
+from poptorch_core.executor.backends._cpu_inductor import (
     POST_GRAD_PASS, CpuPostGradPass, compile_fx_options)
 
 _ROWS = torch.ops.poptorch_sim.index_add_rows.default

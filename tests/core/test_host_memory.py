@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor import _compile, _host_memory
+from poptorch_core.executor import _compile
+from poptorch_core.executor.backends import _host_memory
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -19,7 +20,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # the heap; so only the configured side is deterministic: no page faults.
 _FAULTS_PER_ROUND = textwrap.dedent("""
     import resource, torch
-    from poptorch_core.executor._host_memory import keep_host_memory
+    from poptorch_core.executor.backends._host_memory import keep_host_memory
 
     configured = keep_host_memory()
     for _ in range(3):

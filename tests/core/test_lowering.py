@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor._lowering import lower_for_host
+from poptorch_core.executor.backends._lowering import lower_for_host
 from poptorch_core.tracing.capture import capture_module
 
 
@@ -71,7 +71,7 @@ def test_training_model_runs_the_lowered_graph():
     ipu_model = poptorch.trainingModel(
         model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     ipu_model(torch.randn(5, 4))
-    program = ipu_model._program
+    program = ipu_model._state.program
     assert "poptorch.identity_loss.default" in _poptorch_targets(
         program.captured.graph_module)
     assert "poptorch.identity_loss.default" not in _poptorch_targets(

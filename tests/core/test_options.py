@@ -9,7 +9,7 @@ import torch
 
 import poptorch_core as poptorch
 from poptorch_core import enums
-from poptorch_core._options_progress import _CompilationProgressBar
+from poptorch_core.options._progress import _CompilationProgressBar
 
 _ENV_VARS = ("POPTORCH_DEFAULT_OPTIONS", "POPTORCH_CACHE_DIR",
              "POPTORCH_SIM_BACKEND", "OMPI_COMM_WORLD_SIZE",

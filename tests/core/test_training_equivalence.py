@@ -223,6 +223,6 @@ def test_embeddings_train_like_eager():
         ref_opt.step()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q)
-    graph = ipu_model._program.captured.graph_module.graph
+    graph = ipu_model._state.program.captured.graph_module.graph
     targets = {n.target for n in graph.nodes if n.op == "call_function"}
     assert torch.ops.aten.index_select.default in targets

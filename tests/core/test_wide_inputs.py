@@ -8,7 +8,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor._wide_inputs import only_widened_inputs
+from poptorch_core.executor.backends._wide_inputs import only_widened_inputs
 
 _I32 = torch.int32
 
@@ -99,7 +99,7 @@ def _train(model, steps, wide):
         model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01))
     ipu_model(*_inputs(0))
     if not wide:
-        ipu_model._program.wide_inputs = frozenset()
+        ipu_model._state.program.wide_inputs = frozenset()
     outs = [ipu_model(*_inputs(seed)) for seed in range(1, steps)]
     return ipu_model, outs
 
@@ -109,7 +109,7 @@ def test_training_is_bit_identical_to_the_round_trip():
     model = _Gnn()
     wide_model, wide_outs = _train(copy.deepcopy(model), 6, wide=True)
     narrow_model, narrow_outs = _train(copy.deepcopy(model), 6, wide=False)
-    assert wide_model._program.wide_inputs == {0, 1, 2}
+    assert wide_model._state.program.wide_inputs == {0, 1, 2}
     for (a_out, a_loss), (b_out, b_loss) in zip(wide_outs, narrow_outs):
         assert torch.isfinite(a_out).all()
         assert torch.equal(a_out, b_out) and torch.equal(a_loss, b_loss)
@@ -129,7 +129,7 @@ def test_inputs_are_still_range_checked_and_left_untouched():
     inputs = _inputs(0)
     kept = [t.clone() for t in inputs]
     ipu_model(*inputs)
-    assert ipu_model._program.wide_inputs == {0, 1, 2}
+    assert ipu_model._state.program.wide_inputs == {0, 1, 2}
     assert all(torch.equal(a, b) and a.dtype == b.dtype
                for a, b in zip(inputs, kept))
     x, edge_index, batch, y = _inputs(1)
@@ -143,4 +143,4 @@ def test_int32_host_inputs_keep_their_path():
     ipu_model = poptorch.trainingModel(
         model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     ipu_model(x.int(), edge_index.int(), batch, y)
-    assert ipu_model._program.wide_inputs == {2}
+    assert ipu_model._state.program.wide_inputs == {2}

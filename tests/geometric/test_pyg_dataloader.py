@@ -195,7 +195,7 @@ def test_validation(fake_dataset):
 
 
 def test_in_memory_graphs_are_built_once_and_read_through(nci):
-    from poptorch_geometric._graph_cache import CachedGraphs
+    from poptorch_geometric._fastpath.graph_cache import CachedGraphs
     subset = nci[:40]
     sizes = FixedSizeOptions.from_dataset(subset, 8)
     loader = FixedSizeDataLoader(subset, batch_size=8,

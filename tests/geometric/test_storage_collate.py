@@ -11,10 +11,10 @@ from torch_geometric.data import Data, HeteroData, InMemoryDataset
 from poptorch_geometric import (CombinedBatchingCollater, FixedSizeCollater,
                                 FixedSizeDataLoader, FixedSizeOptions,
                                 FixedSizeStrategy)
-from poptorch_geometric._columns import Columns, StorageColumns
-from poptorch_geometric._graph_cache import (CachedGraphs, GraphList,
+from poptorch_geometric._padding.columns import Columns, StorageColumns
+from poptorch_geometric._fastpath.graph_cache import (CachedGraphs, GraphList,
                                              cached_graphs)
-from poptorch_geometric._storage import GraphStorage
+from poptorch_geometric._fastpath.storage import GraphStorage
 
 from ._graphs import (assert_batches_identical, fast_path_only, graph,
                       homogeneous_graphs)

@@ -5,7 +5,7 @@ import torch
 from torch_geometric.data import HeteroData
 
 from poptorch_geometric import FixedSizeCollater, FixedSizeOptions
-from poptorch_geometric._trim import create_slices_and_preserve_mask
+from poptorch_geometric._padding.trim import create_slices_and_preserve_mask
 
 from ._graphs import graph
 

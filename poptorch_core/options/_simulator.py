@@ -15,7 +15,7 @@ from typing import Any, Dict, Tuple
 
 import torch
 
-from ._options_dict import OptionsDict
+from ._dict import OptionsDict
 
 __all__ = []
 

@@ -28,7 +28,7 @@ import os
 import platform
 from typing import Optional
 
-from .._logging import logger
+from ..._logging import logger
 
 __all__: list = []
 

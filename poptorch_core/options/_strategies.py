@@ -16,8 +16,8 @@ Example::
 from typing import (Any, Dict, Iterable, List, NamedTuple, Optional,
                     Sequence, Tuple, Union)
 
-from . import enums
-from ._impl import _cpp_error
+from .. import enums
+from .._impl import _cpp_error
 
 __all__ = [
     "Stage", "Phase", "PipelinedExecution", "ShardedExecution",

@@ -10,23 +10,31 @@ Example::
 """
 import copy
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
-from . import enums
-from ._execution_strategies import PipelinedExecution, _IExecutionStrategy
-from ._logging import logger
-from ._options_config import ConfigFileError, apply_json, load_from_file
-from ._options_dict import OptionsDict, _PopartOptions
-from ._options_progress import _CompilationProgressBar
-from ._options_simulator import _SimulatorOptions, check_ipu_version
-from ._options_sub import (TensorLocationSettings, _assert_type,
+from .. import enums
+from ._strategies import PipelinedExecution, _IExecutionStrategy
+from .._logging import logger
+from ._config import ConfigFileError, apply_json, load_from_file
+from ._dict import OptionsDict, _PopartOptions
+from ._progress import _CompilationProgressBar
+from ._simulator import _SimulatorOptions, check_ipu_version
+from ._namespaces import (TensorLocationSettings, _assert_type,
                            _check_positive, _DistributedOptions, _JitOptions,
                            _PrecisionOptions, _TensorLocationOptions,
                            _TrainingOptions)
 
 __all__ = ["Options", "ConfigFileError", "TensorLocationSettings"]
+
+
+class AnchorSpec(NamedTuple):
+    """An anchored tensor as the executor reads it (``Options.anchors``)."""
+    #: The internal tensor's name, e.g. ``Gradient___fc.weight``.
+    long_name: str
+    output_mode: enums.OutputMode
+    output_return_period: int
 
 _DEFAULT_SOURCE_LOCATION_EXCLUDES = [
     "install/poptorch", "site-packages/torch", "site-packages/poptorch"
@@ -35,6 +43,9 @@ _DEFAULT_SOURCE_LOCATION_EXCLUDES = [
 _POSITIVE_OPTIONS = ("replication_factor", "input_group_size",
                      "device_iterations", "output_return_period")
 _MAX_REPEAT_LOGS_UNLIMITED = 2**64 - 1
+#: The sub-namespaces, in the order ``repr`` shows them.
+_NAMESPACES = ("Distributed", "Jit", "Precision", "Simulator",
+               "TensorLocations", "Training", "_Popart")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -116,6 +127,45 @@ class Options(OptionsDict):
     def _checkValue(self, option: str, value: Any) -> None:
         if option in _POSITIVE_OPTIONS:
             _check_positive(option, value)
+
+    # Read access for the simulator's modules ------------------------------
+    # PopTorch keeps these private; the executor, the tracer and the
+    # optimizer link read them through these properties instead.
+
+    @property
+    def execution_strategy(self) -> _IExecutionStrategy:
+        """The strategy set by :meth:`setExecutionStrategy`."""
+        return self._execution_strategy
+
+    @property
+    def source_location_excludes(self) -> Tuple[str, ...]:
+        """Path fragments never reported as the user's source line."""
+        return tuple(self._source_location_excludes)
+
+    @property
+    def show_compilation_progress_bar(self) -> bool:
+        return self._show_compilation_progress_bar
+
+    @property
+    def relax_optimizer_checks(self) -> bool:
+        return self._relax_optimizer_checks
+
+    def popartOption(self, key: str, default: Any = None) -> Any:
+        """The backend (``_Popart``) option ``key``, or ``default``."""
+        return self._popart.options.get(key, default)
+
+    @property
+    def anchors(self) -> Dict[str, AnchorSpec]:
+        """The anchored tensors by short name, with the output mode that
+        applies: an anchor set without one follows the model's."""
+        specs = {}
+        for short, (long_name, follows_model, mode, period) in \
+                self.anchored_tensors.items():
+            if follows_model:
+                mode, period = self.output_mode, self.output_return_period
+            specs[short] = AnchorSpec(long_name, enums.OutputMode(mode),
+                                      period)
+        return specs
 
     # Sub-namespaces -------------------------------------------------------
 
@@ -474,10 +524,8 @@ class Options(OptionsDict):
         return copy.deepcopy(self)
 
     def __repr__(self) -> str:
-        names = sorted(k for k, v in vars(Options).items()
-                       if isinstance(v, property))
         items = [f"{k}={v!r}" for k, v in self._values.items()]
-        items += [f"{k}={getattr(self, k)!r}" for k in names]
+        items += [f"{k}={getattr(self, k)!r}" for k in _NAMESPACES]
         return f"Options({', '.join(items)})"
 
 

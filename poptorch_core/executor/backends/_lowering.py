@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 import torch.fx
 
-from ..ops._registration import is_identity_op
+from ...ops._registration import is_identity_op
 from ._aliasing import view_root, written_roots
 
 __all__: list = []

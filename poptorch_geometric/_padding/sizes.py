@@ -21,7 +21,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.data.storage import E_KEYS, N_KEYS
 from torch_geometric.typing import EdgeType, NodeType
 
-from ._columns import Columns, cat_dim
+from .columns import Columns, cat_dim
 
 __all__: List[str] = []
 

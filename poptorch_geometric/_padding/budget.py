@@ -17,10 +17,10 @@ from typing import Any, Dict, Hashable, List, Optional
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
-from ._columns import Columns
-from ._padding import (AttrSpec, Level, PaddingPlan, split_evenly,
+from .columns import Columns
+from .plan import (AttrSpec, Level, PaddingPlan, split_evenly,
                        split_hosted)
-from ._sizes import hetero_counts, homogeneous_counts
+from .sizes import hetero_counts, homogeneous_counts
 
 __all__: List[str] = []
 

@@ -15,11 +15,12 @@ arguments; ``"EnumName.Member"`` strings become ``poptorch`` enums)::
 """
 import json
 import os
+import types
 from typing import Any, List, Tuple
 
 import torch
 
-from . import enums
+from .. import enums
 
 __all__ = ["ConfigFileError"]
 
@@ -38,6 +39,17 @@ def _add_context(err: BaseException, note: str) -> None:
         err.add_note(note)
 
 
+def _option_values() -> types.SimpleNamespace:
+    """What ``poptorch.<name>`` means in a config file: the values options
+    take (enums, execution strategies and stages, tensor locations)."""
+    from . import _namespaces, _strategies
+    names = {}
+    for module in (enums, _strategies):
+        names.update((n, getattr(module, n)) for n in module.__all__)
+    names["TensorLocationSettings"] = _namespaces.TensorLocationSettings
+    return types.SimpleNamespace(**names)
+
+
 def load_from_file(options: Any, filepath: str) -> None:
     """Runs each setter line of ``filepath`` on ``options``.
 
@@ -46,8 +58,6 @@ def load_from_file(options: Any, filepath: str) -> None:
     number in a :class:`ConfigFileError` is the line's number in the file
     (upstream counted only the non-empty lines).
     """
-    import poptorch_core  # the package imports this module
-
     name = os.path.basename(filepath)
     compiled: List[Tuple[int, str, Any]] = []
     with open(filepath, encoding="utf-8") as f:
@@ -63,7 +73,7 @@ def load_from_file(options: Any, filepath: str) -> None:
                     f"SyntaxError at line {lineno} of {name}: "
                     f"{err.msg}\n> {stripped}") from None
             compiled.append((lineno, stripped, code))
-    scope = {"poptorch": poptorch_core, "torch": torch, "options": options}
+    scope = {"poptorch": _option_values(), "torch": torch, "options": options}
     for lineno, stripped, code in compiled:
         try:
             exec(code, scope)  # pylint: disable=exec-used

@@ -30,9 +30,9 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.typing import TensorFrame
 from torch_geometric.utils import cumsum
 
-from ._columns import Columns
-from ._padding import AttrSpec, Level, PaddingPlan, share_sizes
-from .common import DataBatch as _DATA_BATCH
+from .._padding.columns import Columns
+from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
+from ..common import DataBatch as _DATA_BATCH
 
 __all__: List[str] = []
 

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from ._columns import Columns
-from ._padding import (GLOBAL, AttrSpec, Level, edge_fill, graph_spec,
+from .columns import Columns
+from .plan import (GLOBAL, AttrSpec, Level, edge_fill, graph_spec,
                        is_incremented, node_fill)
 
 __all__: List[str] = []

@@ -29,7 +29,7 @@ import numpy as np
 from torch.utils.data import Dataset
 from torch_geometric.data import InMemoryDataset
 
-from ._storage import GraphStorage, unwrap_subsets
+from .storage import GraphStorage, unwrap_subsets
 
 __all__: List[str] = []
 

@@ -18,10 +18,11 @@ Example::
     ...
     AttributeError: Can't modify frozen Options
 """
+import contextlib
 import copy
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
-from ._logging import logger
+from .._logging import logger
 
 __all__ = []
 
@@ -57,6 +58,29 @@ class _Freezable:
 
     def _unfreeze(self) -> None:
         self._changeFreezeState(False)
+
+    @property
+    def frozen(self) -> bool:
+        """Whether these options are read-only (they are once a model is
+        wrapped with them)."""
+        return self.__dict__.get("_is_frozen", False)
+
+    def freeze(self) -> None:
+        """Makes these options and their sub-namespaces read-only."""
+        self._freeze()
+
+    @contextlib.contextmanager
+    def thawed(self) -> Iterator[None]:
+        """Lets the body change frozen options (for a setting the simulator
+        itself must adjust, such as the reduction strategy a float16
+        optimizer state needs), then restores the frozen state."""
+        was_frozen = self.frozen
+        self._unfreeze()
+        try:
+            yield
+        finally:
+            if was_frozen:
+                self._freeze()
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "_Freezable":
         cls = type(self)

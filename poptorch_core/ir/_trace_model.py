@@ -4,9 +4,8 @@ from typing import Any, Optional
 import torch
 
 from .. import _dtypes
-from .._args_parser import flattenTensors, rebuildStructure
-from .capture import capture_module, module_state
-from .ir import Ir
+from ..tracing.capture import capture_module, ipu_arguments, module_state
+from ._ir import Ir
 
 __all__ = ["traceModel"]
 
@@ -33,11 +32,9 @@ def traceModel(model: torch.nn.Module, *args: Any, training: bool = False,
     """
     device = torch.device(options.Simulator.host_device if options is not None
                           else "cpu")
-    excludes = options._source_location_excludes if options is not None else ()
-    flat = [_dtypes.to_ipu(t.detach(), f"Input {i}", device)
-            for i, t in enumerate(flattenTensors((list(args), dict(kwargs))))]
-    call_args, call_kwargs = rebuildStructure((list(args), dict(kwargs)),
-                                              iter(flat))
+    excludes = options.source_location_excludes if options is not None \
+        else ()
+    call_args, call_kwargs = ipu_arguments(args, kwargs, device)
     params, param_names, buffers, buffer_names = module_state(model)
     captured = capture_module(
         model, call_args, call_kwargs, training=training, device=device,

@@ -18,9 +18,9 @@ from typing import Any, Optional, Tuple, Type, Union
 
 import torch
 
-from . import enums
-from ._logging import logger
-from ._options_dict import OptionsDict, _PopartOptions
+from .. import enums
+from .._logging import logger
+from ._dict import OptionsDict, _PopartOptions
 
 __all__ = ["TensorLocationSettings"]
 

@@ -13,7 +13,7 @@ Example::
     torch.Size([2, 4])
 """
 import dataclasses
-from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.fx
@@ -23,8 +23,8 @@ from ._binding import GraphTensor, TensorSpec
 from ._dot import graph_module_to_dot
 from ._fx_meta import node_shape_dtype
 
-if TYPE_CHECKING:
-    from .ir import Ir
+# The owning Ir is typed ``Any``: ``_ir`` builds graphs, so importing it
+# here (even for type checking) would make the two modules a cycle.
 
 __all__ = ["Graph", "HostToDeviceStream", "DeviceToHostStream"]
 
@@ -87,7 +87,7 @@ class Graph:
     It returns None, one tensor, or a tuple, by the number of outputs.
     """
 
-    def __init__(self, ir: "Ir", name: str,
+    def __init__(self, ir: Any, name: str,
                  graph_module: Optional[torch.fx.GraphModule] = None,
                  inputs: Sequence[GraphTensor] = (),
                  num_user_outputs: Optional[int] = None):
@@ -102,7 +102,7 @@ class Graph:
                                   None else num_user_outputs)
 
     @classmethod
-    def _from_traced_module(cls, ir: "Ir", name: str,
+    def _from_traced_module(cls, ir: Any, name: str,
                             gm: torch.fx.GraphModule) -> "Graph":
         """A graph around a model capture, whose placeholders carry
         ``node.meta["poptorch_kind"]`` and whose leading
@@ -119,7 +119,7 @@ class Graph:
                    gm.meta.get("poptorch_num_user_outputs"))
 
     @property
-    def ir(self) -> "Ir":
+    def ir(self) -> Any:
         """The Ir that owns this graph."""
         return self._ir
 

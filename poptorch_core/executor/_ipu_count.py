@@ -1,4 +1,4 @@
-"""How many IPUs a model reserves (spec 7.6).
+"""How many IPUs a model reserves.
 
 PopTorch reserves ``(#distinct IPUs the model uses) * replication_factor``
 IPUs per process, which must be a power of two and at most 64. The check
@@ -13,9 +13,9 @@ Example::
 """
 from typing import Any
 
-from . import enums
-from ._impl import _cpp_error
-from ._logging import logger
+from .. import enums
+from .._impl import _cpp_error
+from .._logging import logger
 
 __all__ = []
 
