@@ -38,7 +38,7 @@ from ._sampling.neighbor_sampler import TorchNeighborSampler
 from ._sampling.seed_trim import keep_nodes_near_seeds
 from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
-from .pyg_dataloader import OverSizeStrategy
+from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
 
 __all__ = ["PyGFixedSizeNeighborLoader", "FixedSizeNeighborLoader",
            "TorchNeighborSampler"]
@@ -141,14 +141,11 @@ class PyGFixedSizeNeighborLoader(torch.utils.data.DataLoader):
         self.input_type, input_nodes, _ = get_input_nodes(data, input_nodes)
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_loader(self.neighbour_loader)
-        self._trim_nodes = over_size_strategy in (
-            OverSizeStrategy.TrimNodes, OverSizeStrategy.TrimNodesAndEdges)
+        self._trim_nodes = over_size_strategy in _TRIMS_NODES
         collater = self._create_collater(
             fixed_size_options=self.fixed_size_options,
             add_masks_to_batch=add_pad_masks, trim_nodes=self._trim_nodes,
-            trim_edges=over_size_strategy in (
-                OverSizeStrategy.TrimEdges,
-                OverSizeStrategy.TrimNodesAndEdges),
+            trim_edges=over_size_strategy in _TRIMS_EDGES,
             follow_batch=follow_batch, exclude_keys=exclude_keys)
         if options is not None:
             kwargs["options"] = options

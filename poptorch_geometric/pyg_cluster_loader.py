@@ -28,7 +28,7 @@ from poptorch_core._files import atomic_write
 from ._sampling.metis import graph_fingerprint, metis_partition
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
-from .pyg_dataloader import OverSizeStrategy
+from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
 
 __all__ = ["ClusterData", "FixedSizeClusterLoader"]
 
@@ -126,12 +126,8 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
         collater = self._create_collater(
             fixed_size_options=fixed_size_options,
             add_masks_to_batch=add_pad_masks,
-            trim_nodes=over_size_strategy in (
-                OverSizeStrategy.TrimNodes,
-                OverSizeStrategy.TrimNodesAndEdges),
-            trim_edges=over_size_strategy in (
-                OverSizeStrategy.TrimEdges,
-                OverSizeStrategy.TrimNodesAndEdges))
+            trim_nodes=over_size_strategy in _TRIMS_NODES,
+            trim_edges=over_size_strategy in _TRIMS_EDGES)
         super().__init__(dataset=range(len(cluster_data)),
                          batch_size=batch_size, collate_fn=collater, **kwargs)
 
