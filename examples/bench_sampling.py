@@ -12,9 +12,12 @@ by default; 100k and 1M with ``--quick``):
   ``FixedSizeClusterLoader`` over METIS clusters (``ClusterData`` on
   pymetis, 10 clusters per batch), and the partitioning time (the partition
   is cached on disk under the data root, so later runs skip it);
-* for every loader run: the peak resident memory of the process running it
-  and its resident memory after a fifth and after all of the batches (equal
-  when memory does not grow with the number of batches), and for the padded
+* for every loader run: items per wall-clock second and per CPU second
+  (the run's process plus its workers, whose start-up and prefetching
+  count too: a machine shared with other work slows the first, hardly the
+  second), the peak resident memory of the process running it and its
+  resident memory after a fifth and after all of the batches (equal when
+  memory does not grow with the number of batches), and for the padded
   loaders the padding efficiency (real nodes and edges over slots) and the
   number of batches that had to be trimmed.
 
@@ -28,6 +31,7 @@ Usage::
     python examples/bench_sampling.py --out bench_out/sampling.json
 """
 import argparse
+import gc
 import multiprocessing
 import os
 import resource
@@ -100,8 +104,8 @@ def peak_rss_mb() -> float:
 def _measure(make_loader: Callable[[], Iterable], batches: int,
              count: Callable[[Any], int],
              padded: bool) -> Dict[str, Any]:
-    """Times ``batches`` batches after two warm-up ones; tracks resident
-    memory and, for padded batches, slot use."""
+    """Times ``batches`` batches after two warm-up ones (wall clock and CPU
+    time); tracks resident memory and, for padded batches, slot use."""
     torch.set_num_threads(1)  # as in loader workers
     start_rss = rss_mb()
     loader = make_loader()
@@ -109,7 +113,7 @@ def _measure(make_loader: Callable[[], Iterable], batches: int,
     for _ in range(2):
         next(iterator)
     items, real_nodes, real_edges, checkpoints = 0, 0, 0, {}
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(1, batches + 1):
         batch = next(iterator)
         items += count(batch)
@@ -119,8 +123,11 @@ def _measure(make_loader: Callable[[], Iterable], batches: int,
         if i in (max(batches // 5, 1), batches):
             checkpoints[i] = rss_mb()
     seconds = time.perf_counter() - start
-    result = {"per_s": items / seconds, "batches": batches,
-              "seconds": seconds, "start_rss_mb": start_rss,
+    cpu_seconds = time.process_time() - cpu_start + _worker_cpu_seconds(
+        iterator)
+    result = {"per_s": items / seconds, "per_cpu_s": items / cpu_seconds,
+              "batches": batches, "seconds": seconds,
+              "cpu_seconds": cpu_seconds, "start_rss_mb": start_rss,
               # getrusage may lag the page counts of /proc by a page.
               "peak_rss_mb": max(peak_rss_mb(), *checkpoints.values()),
               "rss_after_fifth_mb": checkpoints[max(batches // 5, 1)],
@@ -131,6 +138,15 @@ def _measure(make_loader: Callable[[], Iterable], batches: int,
         result["edge_efficiency"] = real_edges / (batches * opts.num_edges)
         result["trimmed_batches"] = loader.fixed_size_collater.trimmed.graphs
     return result
+
+
+def _worker_cpu_seconds(iterator: Any) -> float:
+    """CPU time of the loader's worker processes, whole lives (start-up and
+    prefetching included), once they are shut down and reaped."""
+    iterator.close()
+    gc.collect()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _epochs(loader: Iterable) -> Iterable:
@@ -198,7 +214,7 @@ def neighbor_benchmark(graph, args: argparse.Namespace) -> Dict[str, Any]:
     def loader(fixed: bool, workers: int) -> Callable[[], Iterable]:
         common = dict(batch_size=args.sampling_batch_size, shuffle=True,
                       num_workers=workers,
-                      persistent_workers=workers > 0)
+                      persistent_workers=False)
         if fixed:
             return lambda: pyg_ipu.PyGFixedSizeNeighborLoader(
                 graph, fanouts, fixed_size_options=sizes,
@@ -238,7 +254,7 @@ def cluster_benchmark(graph, args: argparse.Namespace) -> Dict[str, Any]:
 
     def loader(fixed: bool, workers: int) -> Callable[[], Iterable]:
         common = dict(batch_size=per_batch, shuffle=True,
-                      num_workers=workers, persistent_workers=workers > 0)
+                      num_workers=workers, persistent_workers=False)
         if fixed:
             return lambda: pyg_ipu.FixedSizeClusterLoader(clusters, sizes,
                                                           **common)
@@ -290,13 +306,14 @@ def print_rows(record: Dict[str, Any]) -> None:
     graph = record["graph"]
     print(f"\nsampling loaders on a power-law graph of {graph['nodes']:,} "
           f"nodes and {graph['edges']:,} edges")
-    print(f"{'measure':52}{'value':>12}{'peak MB':>9}{'growth':>8}")
+    print(f"{'measure':52}{'value':>12}{'per CPU s':>11}{'peak MB':>9}"
+          f"{'growth':>8}")
     units = {"neighbor": "seeds/s", "cluster": "subgraphs/s"}
     for kind in ("neighbor", "cluster"):
         for name, run in record[kind]["runs"].items():
             label = f"{kind} {name.replace('_', ' ')} ({units[kind]})"
             growth = run["rss_after_all_mb"] - run["rss_after_fifth_mb"]
-            print(f"{label:52}{run['per_s']:>12.0f}"
+            print(f"{label:52}{run['per_s']:>12.0f}{run['per_cpu_s']:>11.0f}"
                   f"{run['peak_rss_mb']:>9.0f}{growth:>+8.1f}")
         fixed = record[kind]["runs"]["fixed_size_0_workers"]
         print(f"{kind + ' padding (node/edge slots used)':52}"

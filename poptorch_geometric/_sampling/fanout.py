@@ -69,15 +69,14 @@ def _floyd(degree: Tensor, k: int) -> Tensor:
     k``), each ``k``-subset equally likely: Floyd's algorithm, one step for
     all rows at a time. Step ``t`` draws ``r`` in ``[0, degree - k + t]``
     and takes ``degree - k + t`` instead when ``r`` was taken already."""
-    picks = torch.empty(k, degree.numel(), dtype=torch.long)
-    for t in range(k):
-        top = degree - k + t
-        draw = (torch.rand(degree.numel(), dtype=torch.float64)
-                * (top + 1)).long()
-        if t:
-            taken = (picks[:t] == draw).any(dim=0)
-            draw = torch.where(taken, top, draw)
-        picks[t] = draw
+    # The draws do not depend on earlier steps: make them all at once, so
+    # that each step is three tensor operations.
+    tops = degree - k + torch.arange(k).unsqueeze(1)
+    picks = (torch.rand(k, degree.numel(), dtype=torch.float64)
+             * (tops + 1)).long()
+    for t in range(1, k):
+        taken = (picks[:t] == picks[t]).any(dim=0)
+        torch.where(taken, tops[t], picks[t], out=picks[t])
     # Sorted offsets read each node's neighbour list front to back.
     return picks.t().sort(dim=1).values
 
