@@ -265,6 +265,12 @@ class FixedSizeNeighborLoader(PyGFixedSizeNeighborLoader,
                          add_pad_masks=add_pad_masks, filter_per_worker=True,
                          options=options or poptorch.Options(), **kwargs)
 
+    __init__.__signature__ = inspect.signature(
+        PyGFixedSizeNeighborLoader.__init__).replace(parameters=[
+            p.replace(default=True) if p.name == "add_pad_masks" else p
+            for p in inspect.signature(
+                PyGFixedSizeNeighborLoader.__init__).parameters.values()])
+
     def _create_collater(self, **collater_args: Any) -> Any:
         return CombinedBatchingCollater(
             mini_batch_size=self.batch_size,

@@ -103,6 +103,17 @@ class TorchNeighborSampler(BaseSampler):
         self._maps: Dict[Hashable, NodeMap] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # Loader workers started by "spawn" get a pickled copy: the lock
+        # cannot travel and the scratch maps are rebuilt on first use.
+        state = self.__dict__.copy()
+        state["_maps"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def num_neighbors(self) -> NumNeighbors:
         return self._num_neighbors

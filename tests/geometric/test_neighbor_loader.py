@@ -231,3 +231,22 @@ def test_hetero_padded_batches_keep_seeds_and_masks():
             assert int(batch[e].edges_mask.sum()) == real
             assert torch.equal(batch[e].edge_index[:, :real],
                                sample[e].edge_index)
+
+
+def test_loader_workers_give_valid_padded_batches():
+    data = node_task_graph(120, 700)
+    opts = options(100, 200)
+    loader = PyGFixedSizeNeighborLoader(
+        data, [3, 2], batch_size=10, fixed_size_options=opts,
+        add_pad_masks=True, num_workers=2)
+    seen = []
+    for batch in loader:
+        real = int(batch.nodes_mask.sum())
+        edges = int(batch.edges_mask.sum())
+        n_id, e_id = batch.n_id[:real], batch.e_id[:edges]
+        row, col = batch.edge_index[:, :edges]
+        assert torch.equal(n_id[row], data.edge_index[0, e_id])
+        assert torch.equal(n_id[col], data.edge_index[1, e_id])
+        assert torch.equal(batch.x[:real], data.x[n_id])
+        seen += batch.n_id[:batch.batch_size].tolist()
+    assert seen == list(range(120))

@@ -4,6 +4,7 @@ hop; fanouts hold; seeds come first; new nodes follow in first-seen order;
 picks are uniform (chi-square with a fixed seed); same seed, same batches."""
 import collections
 import itertools
+import pickle
 
 import pytest
 import torch
@@ -335,3 +336,33 @@ def test_csc_is_built_once_per_graph_and_again_after_an_edit():
     batch = NeighborLoader(data, [-1], batch_size=10,
                            neighbor_sampler=sampler)(list(range(10)))
     assert sorted(batch.e_id.tolist()) == list(range(30))
+
+
+def test_scratch_state_is_clean_after_every_batch_even_a_failed_one():
+    """The node maps cost memory once per graph, not per batch: every entry
+    a batch used is reset, also when sampling fails half way."""
+    data = random_graph(100, 600, seed=14)
+    sampler = TorchNeighborSampler(data, [4, 3])
+    loader = NeighborLoader(data, [4, 3], batch_size=9, shuffle=True,
+                            neighbor_sampler=sampler)
+    for _ in loader:
+        pass
+    unseen = torch.iinfo(torch.int32).max
+    node_map = sampler._maps[None]
+    assert bool((node_map._local == unseen).all())
+    assert bool((node_map._first == unseen).all())
+    with pytest.raises(ValueError):
+        sampler._sample(torch.tensor([1, 2, 500]))
+    assert bool((node_map._local == unseen).all())
+
+
+def test_sampler_pickles_for_spawned_workers():
+    data = random_graph(60, 300, seed=15)
+    sampler = TorchNeighborSampler(data, [3, 2])
+    copy = pickle.loads(pickle.dumps(sampler))
+    torch.manual_seed(2)
+    expected = sampler._sample(torch.arange(6))
+    torch.manual_seed(2)
+    got = copy._sample(torch.arange(6))
+    for key in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(expected, key), getattr(got, key))
