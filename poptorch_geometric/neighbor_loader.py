@@ -59,7 +59,8 @@ class PyGFixedSizeNeighborLoader(torch.utils.data.DataLoader):
     built once per graph). A padded batch holds the sampled subgraph (seed
     nodes first, as ``n_id[:batch_size]``, with ``n_id``, ``e_id``,
     ``input_id`` and ``batch_size`` as PyG gives them) followed by one
-    padding graph (``n_id``/``e_id`` of padding are 0); with
+    padding graph (its rows of ``n_id``/``e_id`` hold the node/edge pad
+    values, 0 by default); with
     ``add_pad_masks``, ``nodes_mask`` / ``edges_mask`` / ``graphs_mask`` mark
     the real entries. The per-hop counts ``num_sampled_nodes`` /
     ``num_sampled_edges`` are kept while the subgraph is whole.
