@@ -250,3 +250,24 @@ def test_loader_workers_give_valid_padded_batches():
         assert torch.equal(batch.x[:real], data.x[n_id])
         seen += batch.n_id[:batch.batch_size].tolist()
     assert seen == list(range(120))
+
+
+def test_hetero_sizes_from_the_unpadded_loader_per_type():
+    data = paper_author_graph(seed=3)
+    fanouts = {e: [2, 2] for e in data.edge_types}
+    loader = NeighborLoader(data, fanouts, input_nodes="paper", batch_size=6,
+                            neighbor_sampler=TorchNeighborSampler(data,
+                                                                  fanouts))
+    torch.manual_seed(0)
+    opts = FixedSizeOptions.from_loader(loader, sample_limit=20)
+    torch.manual_seed(0)
+    samples = [s for _ in range(4) for s in loader][:20]
+    assert opts.num_nodes == {t: max(s[t].num_nodes for s in samples) + 1
+                              for t in data.node_types}
+    assert opts.num_edges == {e: max(s[e].num_edges for s in samples) + 1
+                              for e in data.edge_types}
+    padded = PyGFixedSizeNeighborLoader(data, fanouts, input_nodes="paper",
+                                        batch_size=6, fixed_size_options=opts)
+    for batch in padded:
+        assert {t: batch[t].num_nodes for t in data.node_types} == \
+            opts.num_nodes
