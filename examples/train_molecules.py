@@ -28,7 +28,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import write_json  # noqa: E402
+from _example_common import device_estimate, write_json  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     train_model = poptorch.trainingModel(model, _options(args, True),
                                          optimizer)
 
-    history, graphs_seen, train_time = [], 0, 0.0
+    history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
     steps = None  # shuffled packing has no length before the first epoch
     for epoch in range(args.epochs):
         losses, start = [], time.perf_counter()
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             _, loss = train_model(*_inputs(batch))
             losses.append(float(loss.mean()))
             graphs_seen += int(batch.graphs_mask.sum())
+            batches_seen += len(batch.graphs_mask) // sizes.num_graphs
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         train_time += time.perf_counter() - start
         steps = len(losses)
@@ -168,6 +169,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "compilations": {"train": train_model.compilations(),
                          "inference": eval_model.compilations()},
         "backend": args.backend,
+        "simulated_ipu": device_estimate(
+            train_model, graphs_seen / max(batches_seen, 1)),
     }
 
 
@@ -195,6 +198,7 @@ def print_summary(summary: Dict[str, Any]) -> None:
         f"backend            {summary['backend']} (compilations: train "
         f"{summary['compilations']['train']}, inference "
         f"{summary['compilations']['inference']})",
+        f"simulated IPU      {summary['simulated_ipu']['summary']}",
     ]
     print("\n".join(lines))
 

@@ -5,6 +5,9 @@ and outputs. Any other type can take part once a parser for it is registered:
 
 Example::
 
+    >>> class Pair:
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
     >>> class PairParser(poptorch.ICustomArgParser):
     ...     def yieldTensors(self, pair):
     ...         yield pair.a
@@ -12,6 +15,12 @@ Example::
     ...     def reconstruct(self, original, tensor_iterator):
     ...         return Pair(next(tensor_iterator), next(tensor_iterator))
     >>> poptorch.registerCustomArgParser(Pair, PairParser())
+    >>> class AddPair(torch.nn.Module):
+    ...     def forward(self, pair):
+    ...         return pair.a + pair.b
+    >>> model = poptorch.inferenceModel(AddPair())
+    >>> model(Pair(torch.ones(2), torch.ones(2)))
+    tensor([2., 2.])
 """
 import abc
 import importlib.metadata

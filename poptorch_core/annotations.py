@@ -220,6 +220,8 @@ class LegacyBeginBlockFn(torch.nn.Module):
         self._ipu_id = ipu_id
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Starts the block, then returns the wrapped function's result for
+        the same arguments."""
         Block.start(self._user_id, self._ipu_id)
         return self._layer_to_call(*args, **kwargs)
 
@@ -239,7 +241,12 @@ def BeginBlock(layer: Any,
 
     Example::
 
-        >>> model.layer2 = poptorch.BeginBlock(model.layer2, ipu_id=1)
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4),
+        ...                             torch.nn.Linear(4, 2))
+        >>> model[1] = poptorch.BeginBlock(model[1], ipu_id=1)
+        >>> opts = poptorch.Options().deviceIterations(2)  # >= 2 stages
+        >>> poptorch.inferenceModel(model, opts)(torch.ones(4, 4)).shape
+        torch.Size([4, 2])
     """
     if isinstance(layer, torch.nn.Module):
         _check_block_args(user_id, ipu_id)
@@ -260,7 +267,11 @@ def removeBlocks(module: torch.nn.Module) -> None:
 
     Example::
 
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        >>> model[0] = poptorch.BeginBlock(model[0], ipu_id=1)
         >>> poptorch.removeBlocks(model)
+        >>> len(model[0]._forward_pre_hooks)
+        0
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"removeBlocks expects a torch.nn.Module (got "

@@ -1,4 +1,5 @@
 """Shared fixtures: deterministic seeds and offline copies of the shared data."""
+import logging
 import os
 import pathlib
 import shutil
@@ -32,3 +33,16 @@ def cora_root(tmp_path):
     dest = tmp_path / "Cora" / "raw"
     shutil.copytree(raw, dest)
     return tmp_path
+
+
+@pytest.fixture
+def log_records():
+    """What ``poptorch.logger`` logs during the test (it does not propagate
+    to the root logger, so ``caplog`` does not see it)."""
+    import poptorch
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    poptorch.logger.addHandler(handler)
+    yield records
+    poptorch.logger.removeHandler(handler)

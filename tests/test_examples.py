@@ -41,6 +41,10 @@ TRAIN_MOLECULES_SCHEMA = {
     "train_graphs_per_second": Number, "node_slot_efficiency": Number,
     "edge_slot_efficiency": Number, "graph_slot_efficiency": Number,
     "budgets": _BUDGETS, "compilations": _COMPILATIONS, "backend": str,
+    "simulated_ipu": {"chip": str, "ipus": int, "fits": bool,
+                      "peak_ipu_bytes": int, "capacity_bytes": int,
+                      "step_seconds": Number,
+                      "estimated_graphs_per_second": Number, "summary": str},
 }
 
 _CORA_SIDE = {
@@ -103,7 +107,9 @@ def check_schema(record: Any, schema: Any, where: str = "record") -> None:
         for i, item in enumerate(record):
             check_schema(item, schema[0], f"{where}[{i}]")
     else:
-        assert isinstance(record, schema) and not isinstance(record, bool), (
+        # A bool is an int to Python, but a number field must not hold one.
+        assert isinstance(record, schema) and (
+            schema is bool or not isinstance(record, bool)), (
             f"{where} = {record!r} is not {schema}")
         if isinstance(record, float):
             assert math.isfinite(record), f"{where} = {record} is not finite"
@@ -191,7 +197,10 @@ def test_train_molecules_quick_learns_and_writes_its_record(
     for key in ("node", "edge", "graph"):
         assert 0 < record[f"{key}_slot_efficiency"] <= 1
     assert record["backend"] == "interpret"
-    assert "TPSA regression on the simulated IPU" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "TPSA regression on the simulated IPU" in out
+    assert "simulated IPU      Mk2 GC200 x 1: " in out
+    assert record["simulated_ipu"]["fits"]
 
 
 # --- cora_gcn.py ----------------------------------------------------------

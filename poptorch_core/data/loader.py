@@ -67,9 +67,12 @@ class DataLoader(torch.utils.data.DataLoader):
     Example::
 
         >>> opts = poptorch.Options().deviceIterations(2).replicationFactor(2)
+        >>> dataset = torch.utils.data.TensorDataset(torch.randn(30, 5))
         >>> loader = poptorch.DataLoader(opts, dataset, batch_size=3)
         >>> loader.combinedBatchSize
         12
+        >>> len(loader)    # 30 samples, the last 6 do not fill a batch
+        2
     """
 
     def __init__(self,

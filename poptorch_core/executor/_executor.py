@@ -435,6 +435,13 @@ class PoplarExecutor:
         raise _impl._cpp_error("Cycle count logging is only supported on "
                                "actual IPU hardware.")
 
+    def simulationReport(self) -> Any:
+        """The simulated IPU's estimate for this compiled model: memory per
+        IPU, time per pipeline stage, the step's schedule and throughput
+        (a ``poptorch_core.device.SimulationReport``; ``str()`` it,
+        ``to_dict()`` it or ``plot(path)`` it)."""
+        return self._state.require_program().estimate.report()
+
     def compilations(self) -> int:
         """How many times the ``compile`` backend compiled this model's
         graph (0 for the ``interpret`` backend)."""

@@ -23,6 +23,7 @@ from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
+from ._replica_weights import reduce_within_groups
 
 __all__: list = []
 
@@ -67,6 +68,8 @@ class Program:
     #: Inputs given as int64 whose graph placeholder only widens them back
     #: to int64: they skip the int32 round trip (``_wide_inputs``).
     wide_inputs: FrozenSet[int] = frozenset()
+    #: The device model's estimate (``executor._simulation``).
+    estimate: Any = None
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -113,11 +116,12 @@ class Program:
                 collector.add(replica, out.detach())
 
     def _run_inference(self, splits, collectors) -> None:
-        params, layout = self.state.params, self.layout
+        layout = self.layout
         for iteration in range(layout.device_iterations):
             for replica in range(layout.replicas):
                 outputs = self.executable.run(
-                    params + self.state.buffers(replica) +
+                    self.state.replica_params(replica) +
+                    self.state.buffers(replica) +
                     self._micro_inputs(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
@@ -132,7 +136,8 @@ class Program:
             for step in range(layout.gradient_accumulation):
                 for replica in range(layout.replicas):
                     outputs = self.executable.run(
-                        params + self.state.buffers(replica) +
+                        self.state.replica_params(replica) +
+                        self.state.buffers(replica) +
                         self._micro_inputs(splits, iteration, step, replica))
                     loss = outputs[loss_index]
                     # A "none"-reduced final loss back-propagates ones.
@@ -141,6 +146,9 @@ class Program:
                         (seed * scale if scale != 1.0 else seed).backward()
                     self._collect(collectors, outputs, iteration, step,
                                   replica)
+            if self.state.grouped and self.reduction == ReductionType.Mean:
+                reduce_within_groups(params, self.state.grouped,
+                                     layout.replicas)
             self.last_gradients = {
                 i: p.grad.detach().clone() / (divisor * scale)
                 for i, p in enumerate(params) if p.grad is not None} \

@@ -40,6 +40,7 @@ class Optimizer:
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.Adam(model.parameters(), lr=1e-3)
         >>> sorted(opt.state_dict())
         ['ipu_param', 'ipu_state', 'param_groups', 'state']

@@ -17,11 +17,17 @@ factor stays 1).
 
 Example::
 
-    >>> dev = DeviceOptimizer(opt, {id(p): p.detach().clone().requires_grad_()
-    ...                             for p in model.parameters()},
+    >>> model = torch.nn.Linear(2, 1)
+    >>> opt = poptorch.optim.SGD(model.parameters(), lr=0.1)
+    >>> device_params = {id(p): p.detach().clone().requires_grad_()
+    ...                  for p in model.parameters()}
+    >>> dev = DeviceOptimizer(opt, device_params,
     ...                       {id(p): n for n, p in model.named_parameters()})
-    >>> # ... executor accumulates d(loss * dev.loss_scaling)/dp into .grad
+    >>> for p in device_params.values():   # as the executor accumulates
+    ...     p.grad = torch.ones_like(p) * 4 * dev.loss_scaling
     >>> dev.step(grad_divisor=4)   # Mean over 4 micro-batches
+    >>> torch.allclose(device_params[id(model.bias)], model.bias - 0.1)
+    True
     >>> sorted(dev.read_state())
     ['ipu_param', 'ipu_state']
 """

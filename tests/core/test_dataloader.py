@@ -3,7 +3,6 @@ against plain slicing of the dataset), leftovers, batch samplers, custom
 batch types, distributed partitioning, the asynchronous modes (checked
 against Sync mode) and every validation error of the spec."""
 import itertools
-import logging
 
 import pytest
 import torch
@@ -73,16 +72,6 @@ def expected_batches(indices, size, drop_last):
 
 def first_column(batches):
     return [batch[:, 0].tolist() for batch in batches]
-
-
-@pytest.fixture
-def log_records():
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    poptorch.logger.addHandler(handler)
-    yield records
-    poptorch.logger.removeHandler(handler)
 
 
 # D, R, g, G: g divides R.

@@ -62,6 +62,7 @@ def test_defaults_match_spec():
         "simulator.execution_backend": "interpret",
         "simulator.host_device": "cpu",
         "simulator.ipu_version": 2,
+        "simulator.memory_check": "warn",
         "simulator.host_memory_pool": True
     }
 
