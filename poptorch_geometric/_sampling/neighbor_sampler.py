@@ -116,6 +116,8 @@ class TorchNeighborSampler(BaseSampler):
 
     @property
     def num_neighbors(self) -> NumNeighbors:
+        """The fanouts, as PyG's ``NumNeighbors`` (settable with a list, a
+        dict per edge type or a ``NumNeighbors``)."""
         return self._num_neighbors
 
     @num_neighbors.setter
@@ -146,6 +148,8 @@ class TorchNeighborSampler(BaseSampler):
 
     def sample_from_nodes(self, inputs: NodeSamplerInput
                           ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        """Samples the subgraph around the seed nodes of ``inputs``
+        (``NeighborLoader``)."""
         out = node_sample(inputs, self._sample)
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()
