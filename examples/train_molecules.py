@@ -34,41 +34,95 @@ from molecule_model import MoleculeGNN  # noqa: E402
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
+#: What --quick changes, for the flags the command line leaves unset.
+_QUICK = {"epochs": 5, "limit": 1000}
+_DEFAULTS = {"epochs": 40, "limit": None}
+
+
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default; flags whose default depends on something
+    else (None) say so in their own help."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.
-                                     ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=128,
+                                     formatter_class=_HelpWithDefaults)
+    parser.add_argument("--epochs", type=_positive_int, default=None,
+                        help="default: 40, or 5 with --quick")
+    parser.add_argument("--batch-size", type=_positive_int, default=128,
                         help="graphs per batch on average, as PyG's "
                              "DataLoader(batch_size) takes them: the fixed "
                              "sizes come from "
                              "FixedSizeOptions.for_batch_size")
-    parser.add_argument("--device-iterations", type=int, default=1)
-    parser.add_argument("--gradient-accumulation", type=int, default=1)
-    parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument("--device-iterations", type=_positive_int,
+                        default=1, help="optimizer steps per call")
+    parser.add_argument("--gradient-accumulation", type=_positive_int,
+                        default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--replication", type=_positive_int, default=1,
+                        help="model replicas (simulated IPUs)")
     parser.add_argument("--backend", choices=("interpret", "compile"),
-                        default="interpret")
+                        default=None,
+                        help="default: $POPTORCH_SIM_BACKEND, or interpret")
     parser.add_argument("--host-device", choices=("cpu", "cuda"),
-                        default="cpu")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--val-fraction", type=float, default=0.1)
+                        default="cpu", help="where the simulated IPU runs")
+    parser.add_argument("--lr", type=_positive_float, default=3e-3,
+                        help="Adam learning rate (cosine schedule)")
+    parser.add_argument("--hidden", type=_positive_int, default=64,
+                        help="hidden channels")
+    parser.add_argument("--layers", type=_positive_int, default=3,
+                        help="message-passing layers")
+    parser.add_argument("--val-fraction", type=_fraction, default=0.1,
+                        help="share of the molecules held out")
     parser.add_argument("--data-root", default=None,
                         help="dataset cache (default: $POPTORCH_SIM_DATA_ROOT "
                              "or ./datasets)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="use only the first N molecules")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=_positive_int, default=None,
+                        help="use only the first N molecules (default: all, "
+                             "or 1,000 with --quick)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the split, the model and the device")
     parser.add_argument("--quick", action="store_true",
-                        help="5 epochs on 1,000 molecules: a smoke test")
+                        help="a smoke test: 5 epochs on 1,000 molecules, "
+                             "unless --epochs or --limit say otherwise")
     parser.add_argument("--json", default=None,
                         help="also write the summary to this JSON file")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.epochs, args.limit = 5, args.limit or 1000
+    # --quick fills in only what the command line left unset.
+    for name, default in (_QUICK if args.quick else _DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.backend is None:
+        args.backend = poptorch.Options().Simulator.execution_backend
     return args
 
 
@@ -120,7 +174,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                                          optimizer)
 
     history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
-    steps = None  # shuffled packing has no length before the first epoch
+    first_step = None  # (seconds, graphs): the one-off compilation's step
+    # Shuffled packing has no length before an epoch is drawn: the first
+    # bar counts the steps the budgets were made for (PyG's step count).
+    combined = (args.device_iterations * args.gradient_accumulation *
+                args.replication)
+    steps = math.ceil(math.ceil(len(train_set) / args.batch_size) / combined)
     for epoch in range(args.epochs):
         losses, start = [], time.perf_counter()
         bar = tqdm(iter(train_loader), total=steps, leave=False,
@@ -129,8 +188,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         for batch in bar:
             _, loss = train_model(*_inputs(batch))
             losses.append(float(loss.mean()))
-            graphs_seen += int(batch.graphs_mask.sum())
+            graphs = int(batch.graphs_mask.sum())
+            graphs_seen += graphs
             batches_seen += len(batch.graphs_mask) // sizes.num_graphs
+            if first_step is None:
+                first_step = (time.perf_counter() - start, graphs)
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         train_time += time.perf_counter() - start
         steps = len(losses)
@@ -160,7 +222,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "loss_history": history,
         "val_mae": abs_error / count,
         "val_mae_predicting_mean": baseline_error / count,
-        "train_graphs_per_second": graphs_seen / max(train_time, 1e-9),
+        # The first step compiles the model: its time is reported apart.
+        "first_step_seconds": first_step[0] if first_step else math.nan,
+        "train_graphs_per_second": (graphs_seen - first_step[1]) / max(
+            train_time - first_step[0], 1e-9) if first_step else math.nan,
         "node_slot_efficiency": efficiency.node_efficiency,
         "edge_slot_efficiency": efficiency.edge_efficiency,
         "graph_slot_efficiency": efficiency.graph_efficiency,
@@ -172,6 +237,17 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "simulated_ipu": device_estimate(
             train_model, graphs_seen / max(batches_seen, 1)),
     }
+
+
+def _backend_line(summary: Dict[str, Any]) -> str:
+    if summary["backend"] == "interpret":
+        return ("interpret (runs the traced graph as it is: nothing to "
+                "compile; --backend compile or POPTORCH_SIM_BACKEND=compile "
+                "uses torch.compile)")
+    return (f"compile (torch.compile runs: train "
+            f"{summary['compilations']['train']}, inference "
+            f"{summary['compilations']['inference']}; 1 each means no "
+            "recompilation)")
 
 
 def print_summary(summary: Dict[str, Any]) -> None:
@@ -189,15 +265,14 @@ def print_summary(summary: Dict[str, Any]) -> None:
         f" {summary['val_mae_predicting_mean']:.2f}; "
         + (f"{gain:.0%} lower)" if gain > 0 else "no better yet)"),
         f"throughput         {summary['train_graphs_per_second']:.0f} "
-        "training graphs/s",
+        "training graphs/s (after the first step, which compiles: "
+        f"{summary['first_step_seconds']:.1f} s)",
         f"batch budgets      {budgets['num_graphs']} graphs, "
         f"{budgets['num_nodes']} nodes, {budgets['num_edges']} edges",
         f"slot efficiency    nodes {summary['node_slot_efficiency']:.1%}, "
         f"edges {summary['edge_slot_efficiency']:.1%}, graphs "
         f"{summary['graph_slot_efficiency']:.1%}",
-        f"backend            {summary['backend']} (compilations: train "
-        f"{summary['compilations']['train']}, inference "
-        f"{summary['compilations']['inference']})",
+        f"backend            {_backend_line(summary)}",
         f"simulated IPU      {summary['simulated_ipu']['summary']}",
     ]
     print("\n".join(lines))
@@ -205,7 +280,11 @@ def print_summary(summary: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    summary = run(args)
+    try:
+        summary = run(args)
+    except KeyboardInterrupt:
+        print("\nInterrupted: no summary written.", file=sys.stderr)
+        return 130
     print_summary(summary)
     if args.json:
         write_json(args.json, summary)

@@ -35,6 +35,10 @@ from .data import *  # noqa: F401,F403
 from . import enums, options, optim, profiling, testing
 from . import _native as poptorch_core
 from ._native import ipuHardwareVersion as _ipuHardwareVersion
+# For plugins (PopTorch Geometric): fixes shown when an IPU rule breaks
+# inside their code. Not a PopTorch name, hence the underscore.
+from .tracing._library_code import \
+    register_known_fixes as _registerKnownFixes
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:

@@ -126,11 +126,20 @@ def _block_tracking() -> Iterator[_BlockTracker]:
         _tracker = previous
 
 
+def _block_id(user_id: Any) -> Optional[str]:
+    """The block id of ``user_id``. PopTorch accepts any value (numbers are
+    common: ``user_id=i`` in a loop); stages name blocks by string, so the
+    id is its ``str()``."""
+    if user_id is None or isinstance(user_id, str):
+        return user_id
+    if isinstance(user_id, (int, float)) and not isinstance(user_id, bool):
+        return str(user_id)
+    raise TypeError(f"Block user_id must be a string, a number or None (got "
+                    f"{type(user_id).__name__}): use a string")
+
+
 def _check_block_args(user_id: Any, ipu_id: Any) -> None:
-    # Stages name blocks by string, so an int id could never be matched.
-    if user_id is not None and not isinstance(user_id, str):
-        raise TypeError(f"Block user_id must be a string or None (got "
-                        f"{user_id!r}): use user_id=\"{user_id}\"")
+    _block_id(user_id)
     _check_ipu_id(ipu_id)
 
 
@@ -171,7 +180,7 @@ class Block(torch.nn.Module):
         """Starts a block that lasts until the next one starts."""
         _check_block_args(user_id, ipu_id)
         if _tracker is not None:
-            _tracker.start(user_id, ipu_id)
+            _tracker.start(_block_id(user_id), ipu_id)
 
     def __enter__(self) -> "Block":
         Block.start(self._user_id, self._ipu_id)

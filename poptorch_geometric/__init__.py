@@ -19,6 +19,7 @@ Example::
 """
 import poptorch_core as poptorch
 
+from . import _known_fixes
 from .cluster_loader import FixedSizeClusterLoader
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
@@ -27,6 +28,8 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
+from .metrics import count_real, num_real_graphs, num_real_nodes
+from .model_with_loss import ModelWithLoss, with_loss
 from .neighbor_loader import (FixedSizeNeighborLoader,
                               PyGFixedSizeNeighborLoader,
                               TorchNeighborSampler)
@@ -63,7 +66,13 @@ __all__ = [
     "StreamPackingSampler",
     "TorchNeighborSampler",
     "call_once",
+    "count_real",
+    "ModelWithLoss",
+    "num_real_graphs",
+    "num_real_nodes",
+    "with_loss",
     "registerCustomArgParsers",
 ]
 
 registerCustomArgParsers()
+_known_fixes.register()

@@ -19,11 +19,13 @@ Example::
     torch.Size([10])
 """
 import inspect
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import poptorch_core as poptorch
+from poptorch_core._logging import logger
 
 from . import pyg_dataloader
+from ._last_batch import LastBatch, mini_batches_per_step
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
 
@@ -79,7 +81,13 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     """:class:`~poptorch_geometric.pyg_dataloader.FixedSizeDataLoader` for
     PopTorch models: each iteration holds ``deviceIterations x replication x
     gradientAccumulation`` fixed-size mini-batches of ``batch_size`` graph
-    slots each, concatenated. ``drop_last`` defaults to True.
+    slots each, concatenated.
+
+    ``drop_last`` defaults to True, as in PopTorch; the graphs it drops are
+    logged each epoch. With ``drop_last=False`` the last combined batch is
+    completed with padding-only mini-batches (every mask False), so every
+    graph is seen once per epoch and every batch keeps its shape. A data set
+    smaller than one combined batch gives one padded batch, not none.
 
     Arguments are those of the torch-side loader plus ``options`` (the
     model's ``poptorch.Options``, default: new ones).
@@ -88,18 +96,87 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     def __init__(self, *args: Any,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
-        super().__init__(*args, options=options or poptorch.Options(),
-                         **kwargs)
+        options = options or poptorch.Options()
+        call = inspect.signature(
+            pyg_dataloader.FixedSizeDataLoader.__init__).bind(
+                self, *args, **kwargs)
+        call.apply_defaults()
+        self._last_batch = LastBatch(kwargs.get("drop_last", True),
+                                     mini_batches_per_step(options))
+        if self._pads_to_max(call.arguments):
+            self._keep_small_split(call.arguments, kwargs)
+        super().__init__(*args, options=options, **kwargs)
 
     __init__.__signature__ = _with_options(
         pyg_dataloader.FixedSizeDataLoader.__init__)
 
+    @staticmethod
+    def _pads_to_max(arguments: dict) -> bool:
+        return arguments["fixed_size_strategy"] == \
+            FixedSizeStrategy.PadToMax and \
+            "batch_sampler" not in arguments["kwargs"]
+
+    def _keep_small_split(self, arguments: dict, kwargs: dict) -> None:
+        dataset = arguments["dataset"]
+        if not hasattr(dataset, "__len__"):
+            return
+        per_step = (arguments["batch_size"] - 1) * \
+            self._last_batch.num_mini_batches
+        if self._last_batch.keeps_small_split(len(dataset), per_step):
+            logger.warning(
+                "The data set holds %d graph(s), fewer than one combined "
+                "batch (%d): the FixedSizeDataLoader yields them as one "
+                "padded batch instead of none (drop_last=True would drop "
+                "them all).", len(dataset), per_step)
+            kwargs["drop_last"] = False
+            self._last_batch.drop_last = False
+
     def _create_collater(self, **collater_args: Any) -> Any:
         # With a batch sampler (StreamPack or the user's) each sampled list
         # is one mini-batch and poptorch.DataLoader combines them in
-        # __iter__; otherwise torch hands over all mini-batches at once.
-        mini_batch_size = None if self.batch_sampler is not None \
-            else self.padded_batch_size - 1
+        # __iter__ (_combine_batches); otherwise torch hands over all
+        # mini-batches at once, the last combined batch possibly short.
+        # Torch replaces a None batch_sampler by its own in the base init:
+        # remember which way batches are combined.
+        self._combines_packs = self.batch_sampler is not None
+        if self._combines_packs:
+            mini_batch_size = num_mini_batches = None
+        else:
+            mini_batch_size = self.padded_batch_size - 1
+            num_mini_batches = self._last_batch.num_mini_batches
         return CombinedBatchingCollater(
             mini_batch_size=mini_batch_size,
+            num_mini_batches=num_mini_batches,
             collater=super()._create_collater(**collater_args))
+
+    def __len__(self) -> int:
+        length = super().__len__()
+        if length == 0 and self._combines_packs and \
+                self._last_batch.drop_last and len(self.batch_sampler) > 0:
+            return 1  # the epoch's only, incomplete group is kept
+        return length
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._combines_packs and self._last_batch.drop_last and \
+                hasattr(self.sampler, "__len__"):
+            self._last_batch.log_dropped(
+                len(self.sampler) % self.combinedBatchSize,
+                "the remainder of the data set")
+        return super().__iter__()
+
+    def _combine_batches(self, batches: Iterator[Any], num_batches: int,
+                         drop_last: bool) -> Iterator[Any]:
+        del num_batches, drop_last  # the policy holds both
+        template = self.dataset[0]
+        return self._last_batch.combine(
+            batches, self.collate_fn.concat,
+            lambda count: [self.collate_fn.concat([pad]) for pad in
+                           self.collate_fn.padding_batches(template, count)])
+
+    def _warn_partial_batch(self, num_samples: int) -> None:
+        # poptorch.DataLoader warns that the model will reject a short last
+        # batch; this loader completes it with padding-only mini-batches.
+        logger.info(
+            "%d graph(s) do not fill the last combined batch of %d: it is "
+            "completed with padding-only mini-batches.",
+            num_samples % self.combinedBatchSize, self.combinedBatchSize)

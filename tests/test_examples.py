@@ -38,7 +38,8 @@ TRAIN_MOLECULES_SCHEMA = {
     "epochs": int, "train_molecules": int, "val_molecules": int,
     "final_train_loss": Number, "loss_history": [Number],
     "val_mae": Number, "val_mae_predicting_mean": Number,
-    "train_graphs_per_second": Number, "node_slot_efficiency": Number,
+    "train_graphs_per_second": Number, "first_step_seconds": Number,
+    "node_slot_efficiency": Number,
     "edge_slot_efficiency": Number, "graph_slot_efficiency": Number,
     "budgets": _BUDGETS, "compilations": _COMPILATIONS, "backend": str,
     "simulated_ipu": {"chip": str, "ipus": int, "fits": bool,
@@ -143,15 +144,6 @@ def _offline(monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
 
 
-@pytest.fixture(scope="session")
-def nci_data_root(tmp_path_factory) -> str:
-    """A data root with the NCITPSA cache, processed once per session."""
-    from poptorch_geometric.datasets import NCITPSA
-    root = tmp_path_factory.mktemp("nci")
-    NCITPSA(root=str(root))
-    return str(root)
-
-
 def _assert_learns(side: Dict[str, Any], epochs: int) -> None:
     history = side["loss_history"]
     assert len(history) == epochs
@@ -201,6 +193,47 @@ def test_train_molecules_quick_learns_and_writes_its_record(
     assert "TPSA regression on the simulated IPU" in out
     assert "simulated IPU      Mk2 GC200 x 1: " in out
     assert record["simulated_ipu"]["fits"]
+
+
+def test_train_molecules_flags(monkeypatch, capsys):
+    example = _load_example("train_molecules")
+    # Edge values are refused with the flag's name, not run.
+    for argv in (["--epochs", "0"], ["--batch-size", "-3"],
+                 ["--val-fraction", "1"], ["--lr", "nan"]):
+        with pytest.raises(SystemExit):
+            example.parse_args(argv)
+        assert f"argument {argv[0]}" in capsys.readouterr().err
+    # --quick fills in only what the command line leaves unset.
+    args = example.parse_args(["--quick", "--epochs", "7"])
+    assert (args.epochs, args.limit) == (7, 1000)
+    args = example.parse_args(["--quick", "--limit", "300"])
+    assert (args.epochs, args.limit) == (5, 300)
+    assert example.parse_args([]).epochs == 40
+    # The backend follows POPTORCH_SIM_BACKEND unless the flag is given.
+    monkeypatch.setenv("POPTORCH_SIM_BACKEND", "compile")
+    assert example.parse_args([]).backend == "compile"
+    assert example.parse_args(["--backend", "interpret"]).backend == \
+        "interpret"
+    # Every flag's default is in --help.
+    with pytest.raises(SystemExit):
+        example.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("128", "1", "cpu", "0.003", "64", "3", "0.1", "0"):
+        assert f"(default: {default})" in text
+    assert "default: 40, or 5 with --quick" in text
+    assert "default: $POPTORCH_SIM_BACKEND, or interpret" in text
+
+
+def test_train_molecules_ctrl_c_ends_with_one_line(monkeypatch, capsys):
+    example = _load_example("train_molecules")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(example, "run", interrupted)
+    assert example.main(["--quick"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "Interrupted: no summary written."
+    assert "Traceback" not in captured.out + captured.err
 
 
 # --- cora_gcn.py ----------------------------------------------------------

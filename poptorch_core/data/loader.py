@@ -56,12 +56,19 @@ class DataLoader(torch.utils.data.DataLoader):
             through an :class:`AsynchronousDataAccessor`; ``AsyncRebatched``
             likewise, with torch batches of ``rebatched_worker_size`` joined
             into combined batches (an iterable dataset split over several
-            workers then loses at most one partial batch in all).
+            workers then loses at most one partial batch in all). With a
+            ``batch_sampler``, both asynchronous modes transfer the combined
+            batches the sampler's batches make.
         async_options: keyword arguments of the AsynchronousDataAccessor.
         rebatched_worker_size: torch batch size with ``AsyncRebatched``
             (default: the combined batch size).
-        batch_sampler: yields the indices of each micro-batch;
-            ``D x (R / g) x G`` consecutive batches are concatenated.
+        batch_sampler: yields the indices of each micro-batch (the batches
+            may differ in size); ``D x (R / g) x G`` consecutive batches are
+            concatenated along dim 0, the last incomplete group following
+            ``drop_last``. ``collate_fn`` may return tensors, containers of
+            them, types registered with ``registerCustomArgParser`` or plain
+            objects holding tensors (their other attributes are taken from
+            the group's first batch).
         **kwargs: passed to ``torch.utils.data.DataLoader``.
 
     Example::
@@ -183,12 +190,12 @@ class DataLoader(torch.utils.data.DataLoader):
         whether the accessor re-batches (``self._rebatched``)."""
         cbs = self._combined_batch_size
         if mode == DataLoaderMode.AsyncRebatched:
-            if batch_sampler is not None:
+            if batch_sampler is not None and \
+                    rebatched_worker_size is not None:
                 raise ValueError(
-                    "mode=DataLoaderMode.AsyncRebatched re-batches torch "
-                    "batches of rebatched_worker_size samples, but a "
-                    "batch_sampler decides the batches: use "
-                    "mode=DataLoaderMode.Async.")
+                    "rebatched_worker_size cannot be used with a "
+                    "batch_sampler: the batch_sampler decides the batches. "
+                    "Leave rebatched_worker_size unset.")
             if rebatched_worker_size is not None and cbs is not None:
                 assert rebatched_worker_size <= cbs, (
                     f"The rebatched_worker_size ({rebatched_worker_size}) "
@@ -199,6 +206,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 "mode=poptorch.DataLoaderMode.AsyncRebatched.")
         # Async with a short final batch re-batches too, so that partial
         # torch batches are joined exactly as AsyncRebatched joins them.
+        # With a batch_sampler the loader itself joins the sampler's
+        # batches (``combined_batch_generator``), so every mode transfers
+        # whole combined batches and nothing is re-batched.
         self._rebatched = (cbs or 0) > 1 and batch_sampler is None and (
             mode == DataLoaderMode.AsyncRebatched or
             (mode == DataLoaderMode.Async and not self._drop_last))
@@ -266,9 +276,17 @@ class DataLoader(torch.utils.data.DataLoader):
             return iter(self._accessor)
         batches = super().__iter__()
         if self._combine_sampler_batches:
-            return combined_batch_generator(
+            return self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
         return batches
+
+    def _combine_batches(self, batches: Iterator[Any], num_batches: int,
+                         drop_last: bool) -> Iterator[Any]:
+        """Joins each group of ``num_batches`` consecutive batches of the
+        ``batch_sampler`` into one combined batch. A hook: a subclass that
+        can pad the final incomplete group (PopTorch Geometric's fixed-size
+        loader) overrides it."""
+        return combined_batch_generator(batches, num_batches, drop_last)
 
     def __getstate__(self) -> Dict[str, Any]:
         # The accessor's worker receives a pickled copy of the loader and

@@ -18,6 +18,7 @@ from ..device._stamps import OpStamper
 from ..enums import OutputMode
 from ..ir import Ir
 from ..ir._ir import executable_ir
+from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
 from . import _pipeline, _replica_weights
 from ._args import BoundArgs, InputSignature
@@ -151,6 +152,8 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         keep_host_memory()
     captured, device_state, param_names, placement = _capture(
         state, bound, layout, device)
+    validate_backend_options(opts, [name for names in captured.buffer_names
+                                    for name in names])
     estimate = after_compile(state, captured, placement, device_state,
                              layout)
     if captured.mutated_buffers and layout.input_group_size < layout.replicas:

@@ -128,11 +128,12 @@ class Program:
     def _run_training(self, splits, collectors) -> None:
         params, layout = self.state.params, self.layout
         optimizer = self.device_optimizer
-        scale = float(optimizer.loss_scaling)
         loss_index = self.captured.loss_index
         divisor = (layout.gradient_accumulation * layout.replicas
                    if self.reduction == ReductionType.Mean else 1)
         for iteration in range(layout.device_iterations):
+            # Automatic loss scaling may change the scale after each step.
+            scale = float(optimizer.loss_scaling)
             for step in range(layout.gradient_accumulation):
                 for replica in range(layout.replicas):
                     outputs = self.executable.run(

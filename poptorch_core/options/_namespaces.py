@@ -136,8 +136,9 @@ class _PrecisionOptions(OptionsDict):
         """Deprecated: only warns."""
         del half_float_casting
         logger.warning("Precision.halfFloatCasting() is deprecated and has "
-                       "no effect: half/float casting follows PyTorch's "
-                       "type promotion rules.")
+                       "no effect: float16/float32 operands follow PyTorch's "
+                       "type promotion, and matrix products and "
+                       "convolutions run in their input's dtype.")
         return self
 
     def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":

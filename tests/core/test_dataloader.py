@@ -403,8 +403,10 @@ def test_async_errors():
                    async_options={"rebatched_size": 2})
     with pytest.raises(ValueError, match="only used with"):
         DataLoader(opts, Indices(8), batch_size=2, rebatched_worker_size=2)
-    with pytest.raises(ValueError, match="use mode=DataLoaderMode.Async"):
+    with pytest.raises(ValueError, match="cannot be used with a "
+                       "batch_sampler"):
         DataLoader(opts, Indices(8), mode=DataLoaderMode.AsyncRebatched,
+                   rebatched_worker_size=2,
                    batch_sampler=torch.utils.data.BatchSampler(
                        range(8), 2, drop_last=False))
     loader = DataLoader(opts, Indices(8), batch_size=2,
