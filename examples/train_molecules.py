@@ -12,6 +12,12 @@ Usage::
     python examples/train_molecules.py                 # about a minute on 2 CPU cores
     python examples/train_molecules.py --quick         # a few seconds
     python examples/train_molecules.py --backend compile --device-iterations 4
+    torchrun --nproc_per_node 2 examples/train_molecules.py   # 2 processes
+
+Under ``torchrun`` (or PopRun) every process trains on its own share of the
+molecules with ``--replication`` replicas (so ``2 x --replication`` in all),
+gradients are summed across the processes at every step, and process 0
+prints the summary of the whole run.
 """
 import argparse
 import math
@@ -136,16 +142,107 @@ def _options(args: argparse.Namespace, training: bool) -> poptorch.Options:
     return opts
 
 
-def _loader(dataset, sizes, options, shuffle: bool):
+def _loader(dataset, sizes, options, shuffle: bool, share: bool = True):
+    """Packed fixed-size batches; with several processes, each process
+    reads its own share unless ``share`` is False."""
     return pyg_ipu.FixedSizeDataLoader(
         dataset, batch_size=sizes.num_graphs, shuffle=shuffle,
         fixed_size_options=sizes,
         fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
-        exclude_keys=["smiles"], options=options)
+        exclude_keys=["smiles"], options=options,
+        auto_distributed_partitioning=share)
 
 
 def _inputs(batch) -> List[torch.Tensor]:
     return [batch[name] for name in _INPUTS]
+
+
+def _over_processes(values: List[float], op: str = "SUM") -> List[float]:
+    """Per-process numbers combined over the processes of a distributed
+    run (``torchrun``); unchanged in a single process."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return list(values)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
+    return tensor.tolist()
+
+
+def _train(args, train_model, train_loader, optimizer, schedule,
+           show: bool) -> Dict[str, Any]:
+    """Trains for ``args.epochs``; returns the loss history and graphs seen
+    (over all processes), the slowest process's seconds, and this
+    process's graphs and micro-batches."""
+    history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
+    first_step = (0.0, 0)  # (seconds, graphs) of the step that compiles
+    num_graphs = train_loader.fixed_size_options.num_graphs
+    steps = _expected_steps(args, len(train_loader.dataset))
+    for epoch in range(args.epochs):
+        losses, start = [], time.perf_counter()
+        bar = tqdm(iter(train_loader), total=steps, leave=False,
+                   desc=f"epoch {epoch + 1}/{args.epochs}", disable=not show)
+        for batch in bar:
+            _, loss = train_model(*_inputs(batch))
+            losses.append(float(loss.mean()))
+            graphs = int(batch.graphs_mask.sum())
+            graphs_seen += graphs
+            batches_seen += len(batch.graphs_mask) // num_graphs
+            if not first_step[1]:
+                first_step = (time.perf_counter() - start, graphs)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        train_time += time.perf_counter() - start
+        steps = len(losses)
+        schedule.step()
+        train_model.setOptimizer(optimizer)  # the new LR reaches the device
+        total, count = _over_processes([sum(losses), len(losses)])
+        history.append(total / max(count, 1))
+        if show:
+            tqdm.write(f"epoch {epoch + 1}: train loss {history[-1]:.4f}")
+    # Throughput leaves out the first step, which compiles the model.
+    all_graphs, after_first = _over_processes(
+        [graphs_seen, graphs_seen - first_step[1]])
+    train_time, first_seconds = _over_processes(
+        [train_time - first_step[0], first_step[0]], "MAX")
+    return {"history": history, "graphs": all_graphs,
+            "graphs_after_first_step": after_first, "seconds": train_time,
+            "first_step_seconds": first_seconds,
+            "local_graphs": graphs_seen, "local_batches": batches_seen}
+
+
+def _expected_steps(args, num_molecules: int) -> int:
+    """Steps per epoch the budgets were made for (PyG's step count, over
+    the processes and per call): the progress bar's total, as a shuffled
+    epoch has no length before it is drawn."""
+    batches = math.ceil(num_molecules / args.batch_size)
+    processes = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    combined = (args.device_iterations * args.gradient_accumulation *
+                args.replication)
+    return max(1, math.ceil(batches / processes / combined))
+
+
+def _evaluate(eval_model, val_loader, mean: float) -> List[float]:
+    """Absolute error, error of predicting ``mean`` and molecules, summed
+    over the validation set."""
+    abs_error = baseline_error = count = 0.0
+    for batch in val_loader:
+        prediction = eval_model(*_inputs(batch)[:5])
+        mask = batch.graphs_mask.bool()
+        target = batch.y.view(-1)[mask]
+        abs_error += float((prediction[mask] - target).abs().sum())
+        baseline_error += float((target - mean).abs().sum())
+        count += int(mask.sum())
+    return [abs_error, baseline_error, count]
+
+
+def _slot_efficiency(loader) -> Dict[str, float]:
+    """Real nodes, edges and graphs over slots, over all processes."""
+    e = pyg_ipu.batching_efficiency(loader)
+    counts = _over_processes([e.real_nodes, e.node_slots, e.real_edges,
+                              e.edge_slots, e.real_graphs, e.graph_slots])
+    return {f"{kind}_slot_efficiency": real / max(slots, 1) for kind, real,
+            slots in zip(("node", "edge", "graph"), counts[::2],
+                         counts[1::2])}
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -164,7 +261,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         train_set, batch_size=args.batch_size)
 
     train_loader = _loader(train_set, sizes, _options(args, True), True)
-    val_loader = _loader(val_set, sizes, _options(args, False), False)
+    # Every process scores the whole (small) validation set.
+    val_loader = _loader(val_set, sizes, _options(args, False), False,
+                         share=False)
     model = MoleculeGNN(sizes.num_graphs, args.hidden, args.layers,
                         float(train_y.mean()), float(train_y.std()))
     optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr)
@@ -172,70 +271,39 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         optimizer, T_max=max(args.epochs, 1))
     train_model = poptorch.trainingModel(model, _options(args, True),
                                          optimizer)
-
-    history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
-    first_step = None  # (seconds, graphs): the one-off compilation's step
-    # Shuffled packing has no length before an epoch is drawn: the first
-    # bar counts the steps the budgets were made for (PyG's step count).
-    combined = (args.device_iterations * args.gradient_accumulation *
-                args.replication)
-    steps = math.ceil(math.ceil(len(train_set) / args.batch_size) / combined)
-    for epoch in range(args.epochs):
-        losses, start = [], time.perf_counter()
-        bar = tqdm(iter(train_loader), total=steps, leave=False,
-                   desc=f"epoch {epoch + 1}/{args.epochs}",
-                   disable=args.no_progress)
-        for batch in bar:
-            _, loss = train_model(*_inputs(batch))
-            losses.append(float(loss.mean()))
-            graphs = int(batch.graphs_mask.sum())
-            graphs_seen += graphs
-            batches_seen += len(batch.graphs_mask) // sizes.num_graphs
-            if first_step is None:
-                first_step = (time.perf_counter() - start, graphs)
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        train_time += time.perf_counter() - start
-        steps = len(losses)
-        schedule.step()
-        train_model.setOptimizer(optimizer)  # the new LR reaches the device
-        history.append(sum(losses) / max(len(losses), 1))
-        if not args.no_progress:
-            tqdm.write(f"epoch {epoch + 1}: train loss {history[-1]:.4f}")
+    processes = _options(args, True).Distributed
+    trained = _train(args, train_model, train_loader, optimizer, schedule,
+                     show=not args.no_progress and processes.processId == 0)
 
     model.eval()
     eval_model = poptorch.inferenceModel(model, _options(args, False))
-    abs_error = baseline_error = count = 0.0
-    mean = float(train_y.mean())
-    for batch in val_loader:
-        prediction = eval_model(*_inputs(batch)[:5])
-        mask = batch.graphs_mask.bool()
-        target = batch.y.view(-1)[mask]
-        abs_error += float((prediction[mask] - target).abs().sum())
-        baseline_error += float((target - mean).abs().sum())
-        count += int(mask.sum())
-    efficiency = pyg_ipu.batching_efficiency(train_loader)
+    abs_error, baseline_error, count = _evaluate(eval_model, val_loader,
+                                                 float(train_y.mean()))
+    history = trained["history"]
     return {
         "epochs": args.epochs,
+        "processes": processes.numProcesses,
         "train_molecules": len(train_set),
         "val_molecules": len(val_set),
         "final_train_loss": history[-1] if history else math.nan,
         "loss_history": history,
         "val_mae": abs_error / count,
         "val_mae_predicting_mean": baseline_error / count,
-        # The first step compiles the model: its time is reported apart.
-        "first_step_seconds": first_step[0] if first_step else math.nan,
-        "train_graphs_per_second": (graphs_seen - first_step[1]) / max(
-            train_time - first_step[0], 1e-9) if first_step else math.nan,
-        "node_slot_efficiency": efficiency.node_efficiency,
-        "edge_slot_efficiency": efficiency.edge_efficiency,
-        "graph_slot_efficiency": efficiency.graph_efficiency,
+        "first_step_seconds": trained["first_step_seconds"],
+        "train_graphs_per_second": trained["graphs_after_first_step"] /
+                                   max(trained["seconds"], 1e-9),
+        # All processes together read each molecule at most once an epoch.
+        "train_graphs_per_epoch": trained["graphs"] / max(args.epochs, 1),
+        **_slot_efficiency(train_loader),
         "budgets": {"num_nodes": sizes.num_nodes, "num_edges": sizes.num_edges,
                     "num_graphs": sizes.num_graphs},
         "compilations": {"train": train_model.compilations(),
                          "inference": eval_model.compilations()},
         "backend": args.backend,
+        # Per process: the graphs its micro-batches held on average.
         "simulated_ipu": device_estimate(
-            train_model, graphs_seen / max(batches_seen, 1)),
+            train_model, trained["local_graphs"] /
+            max(trained["local_batches"], 1)),
     }
 
 
@@ -258,7 +326,9 @@ def print_summary(summary: Dict[str, Any]) -> None:
         "=== TPSA regression on the simulated IPU ===",
         f"molecules          {summary['train_molecules']} train / "
         f"{summary['val_molecules']} validation",
-        f"epochs             {summary['epochs']}",
+        f"epochs             {summary['epochs']}"
+        + (f" on {summary['processes']} processes"
+           if summary["processes"] > 1 else ""),
         f"train loss         {summary['loss_history'][0]:.4f} -> "
         f"{summary['final_train_loss']:.4f} (standardised MSE)",
         f"validation MAE     {summary['val_mae']:.2f} A^2 (predicting the mean:"
@@ -285,6 +355,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("\nInterrupted: no summary written.", file=sys.stderr)
         return 130
+    if poptorch.Options().Distributed.processId != 0:
+        return 0  # process 0 reports for the whole run
     print_summary(summary)
     if args.json:
         write_json(args.json, summary)

@@ -32,6 +32,7 @@ from .tracing import *  # noqa: F401,F403
 from .ir import *  # noqa: F401,F403
 from .executor import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
+from . import distributed  # installs the executor's scale-out hook
 from . import enums, options, optim, profiling, testing
 from . import _native as poptorch_core
 from ._native import ipuHardwareVersion as _ipuHardwareVersion

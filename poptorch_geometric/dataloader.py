@@ -19,13 +19,16 @@ Example::
     torch.Size([10])
 """
 import inspect
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
 
 import poptorch_core as poptorch
 from poptorch_core._logging import logger
 
 from . import pyg_dataloader
 from ._last_batch import LastBatch, mini_batches_per_step
+from ._partition import PartitionedBatchSampler
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
 
@@ -40,6 +43,21 @@ def _with_options(init: Any) -> inspect.Signature:
                                 default=None,
                                 annotation=Optional[poptorch.Options])
     return inspect.Signature(params[:-1] + [options, params[-1]])
+
+
+_TORCH_SIDE = inspect.signature(pyg_dataloader.FixedSizeDataLoader)
+
+
+def _splits_packed_batches(options: poptorch.Options, args: Tuple[Any, ...],
+                           kwargs: Dict[str, Any]) -> bool:
+    """Whether this process takes its share of the packed batches (stream
+    packing over several processes with auto_distributed_partitioning)
+    instead of poptorch.DataLoader splitting the dataset."""
+    strategy = _TORCH_SIDE.bind_partial(*args, **kwargs).arguments.get(
+        "fixed_size_strategy", FixedSizeStrategy.PadToMax)
+    return (strategy == FixedSizeStrategy.StreamPack and
+            options.Distributed.numProcesses > 1 and
+            kwargs.get("auto_distributed_partitioning", True))
 
 
 class DataLoader(pyg_dataloader.DataLoader, poptorch.DataLoader):
@@ -91,6 +109,14 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
 
     Arguments are those of the torch-side loader plus ``options`` (the
     model's ``poptorch.Options``, default: new ones).
+
+    In a run of several processes (``options.Distributed``), each process
+    gets its own share of the data, every process the same number of
+    steps: ``PadToMax`` splits the dataset as ``poptorch.DataLoader`` does;
+    ``StreamPack`` packs the whole dataset in every process and splits the
+    packed batches (see :mod:`poptorch_geometric._partition`). Shuffling
+    needs ``options.randomSeed()``, so that every process draws the same
+    order.
     """
 
     def __init__(self, *args: Any,
@@ -105,6 +131,12 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
                                      mini_batches_per_step(options))
         if self._pads_to_max(call.arguments):
             self._keep_small_split(call.arguments, kwargs)
+        # Read by _create_packing_sampler, which runs before the base init.
+        self._split_options = None
+        if _splits_packed_batches(options, args, kwargs):
+            self._split_options = options
+            self._split_drop_last = kwargs.get("drop_last", True)
+            kwargs["auto_distributed_partitioning"] = False
         super().__init__(*args, options=options, **kwargs)
 
     __init__.__signature__ = _with_options(
@@ -180,3 +212,24 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
             "%d graph(s) do not fill the last combined batch of %d: it is "
             "completed with padding-only mini-batches.",
             num_samples % self.combinedBatchSize, self.combinedBatchSize)
+
+    def _create_packing_sampler(self, dataset: Any, opts: Any, shuffle: bool,
+                                generator: Any, allow_skip_data: bool) -> Any:
+        options = self._split_options
+        if options is not None and shuffle and generator is None:
+            assert options.exists("random_seed"), (
+                "When using auto_distributed_partitioning you must set "
+                "poptorch.Options.randomSeed() to ensure that tensors are in "
+                "the same order in all processes.")
+            # Every process packs the same shuffled order, epoch after epoch.
+            generator = torch.Generator().manual_seed(options.random_seed)
+        sampler = super()._create_packing_sampler(
+            dataset, opts, shuffle, generator, allow_skip_data)
+        if options is None:
+            return sampler
+        return PartitionedBatchSampler(
+            sampler, options.Distributed.numProcesses,
+            options.Distributed.processId,
+            options.device_iterations * options.Training.gradient_accumulation
+            * (options.replication_factor // options.input_group_size),
+            self._split_drop_last)

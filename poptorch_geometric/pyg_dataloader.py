@@ -183,7 +183,7 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
                     "batch_sampler.")
-            batch_sampler = _stream_packing_sampler(
+            batch_sampler = self._create_packing_sampler(
                 dataset, opts, shuffle, kwargs.get("generator"),
                 allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
         elif fixed_size_strategy != FixedSizeStrategy.PadToMax:
@@ -211,3 +211,12 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.fixed_size_collater
+
+    def _create_packing_sampler(self, dataset: Any, opts: FixedSizeOptions,
+                                shuffle: bool, generator: Any,
+                                allow_skip_data: bool) -> Any:
+        """The batch sampler of ``StreamPack`` (a hook, as
+        ``_create_collater`` is, for the PopTorch loader's per-process
+        share)."""
+        return _stream_packing_sampler(dataset, opts, shuffle, generator,
+                                       allow_skip_data)

@@ -7,8 +7,10 @@ The examples are scripts, not a package: each is imported from its path.
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -35,7 +37,8 @@ _COMPILATIONS = {"train": int, "inference": int}
 _BUDGETS = {"num_nodes": int, "num_edges": int, "num_graphs": int}
 
 TRAIN_MOLECULES_SCHEMA = {
-    "epochs": int, "train_molecules": int, "val_molecules": int,
+    "epochs": int, "processes": int, "train_molecules": int,
+    "val_molecules": int, "train_graphs_per_epoch": Number,
     "final_train_loss": Number, "loss_history": [Number],
     "val_mae": Number, "val_mae_predicting_mean": Number,
     "train_graphs_per_second": Number, "first_step_seconds": Number,
@@ -189,6 +192,9 @@ def test_train_molecules_quick_learns_and_writes_its_record(
     for key in ("node", "edge", "graph"):
         assert 0 < record[f"{key}_slot_efficiency"] <= 1
     assert record["backend"] == "interpret"
+    assert record["processes"] == 1
+    # Packing drops nothing in one process: every molecule, every epoch.
+    assert record["train_graphs_per_epoch"] == record["train_molecules"]
     out = capsys.readouterr().out
     assert "TPSA regression on the simulated IPU" in out
     assert "simulated IPU      Mk2 GC200 x 1: " in out
@@ -234,6 +240,34 @@ def test_train_molecules_ctrl_c_ends_with_one_line(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert captured.err.strip() == "Interrupted: no summary written."
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_train_molecules_under_torchrun_shares_the_data(tmp_path,
+                                                        nci_data_root):
+    """``torchrun --nproc_per_node 2``: the two processes read disjoint
+    shares (together each molecule at most once an epoch, not twice),
+    learn, and only process 0 reports."""
+    json_path = tmp_path / "summary.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", str(EXAMPLES / "train_molecules.py"),
+               "--epochs", "3", "--limit", "600", "--batch-size", "32",
+               "--data-root", nci_data_root, "--no-progress",
+               "--json", str(json_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(command, capture_output=True, text=True, env=env,
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(json_path, encoding="utf-8") as f:
+        record = json.load(f)
+    check_schema(record, TRAIN_MOLECULES_SCHEMA)
+    assert record["processes"] == 2
+    _assert_learns(record, 3)
+    per_epoch = record["train_graphs_per_epoch"]
+    # Each process takes the same number of packed batches: at most one
+    # batch (32 molecules on average) is left out an epoch.
+    assert record["train_molecules"] - 64 <= per_epoch <= \
+        record["train_molecules"]
+    assert run.stdout.count("TPSA regression on the simulated IPU") == 1
 
 
 # --- cora_gcn.py ----------------------------------------------------------

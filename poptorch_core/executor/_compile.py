@@ -20,7 +20,7 @@ from ..ir import Ir
 from ..ir._ir import executable_ir
 from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
-from . import _pipeline, _replica_weights
+from . import _pipeline, _replica_weights, _scale_out
 from ._args import BoundArgs, InputSignature
 from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
@@ -156,7 +156,9 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
                                     for name in names])
     estimate = after_compile(state, captured, placement, device_state,
                              layout)
-    if captured.mutated_buffers and layout.input_group_size < layout.replicas:
+    # Replicas of other processes count: their buffers drift apart too.
+    replicas = layout.replicas * opts.Distributed.numProcesses
+    if captured.mutated_buffers and layout.input_group_size < replicas:
         if opts.broadcast_buffers:
             raise _impl._cpp_error(_BROADCAST_BUFFERS_MSG)
         device_state.make_per_replica(layout.replicas)
@@ -187,4 +189,5 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
             device_state, param_names)
+    _scale_out.attach(state, program)
     return program

@@ -24,6 +24,7 @@ from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
 from ._replica_weights import reduce_within_groups
+from ._scale_out import GradientReducer
 
 __all__: list = []
 
@@ -70,6 +71,10 @@ class Program:
     wide_inputs: FrozenSet[int] = frozenset()
     #: The device model's estimate (``executor._simulation``).
     estimate: Any = None
+    #: Reduces each device iteration's gradients over the replicas (of
+    #: other processes too, in a distributed run).
+    gradient_reducer: GradientReducer = dataclasses.field(
+        default_factory=GradientReducer)
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -129,8 +134,6 @@ class Program:
         params, layout = self.state.params, self.layout
         optimizer = self.device_optimizer
         loss_index = self.captured.loss_index
-        divisor = (layout.gradient_accumulation * layout.replicas
-                   if self.reduction == ReductionType.Mean else 1)
         for iteration in range(layout.device_iterations):
             # Automatic loss scaling may change the scale after each step.
             scale = float(optimizer.loss_scaling)
@@ -150,6 +153,8 @@ class Program:
             if self.state.grouped and self.reduction == ReductionType.Mean:
                 reduce_within_groups(params, self.state.grouped,
                                      layout.replicas)
+            divisor = self.gradient_reducer.reduce(params, layout,
+                                                   self.reduction)
             self.last_gradients = {
                 i: p.grad.detach().clone() / (divisor * scale)
                 for i, p in enumerate(params) if p.grad is not None} \

@@ -29,6 +29,9 @@ IPU_VERSIONS: Tuple[int, ...] = (1, 2, 21)
 #: What a model that does not fit the simulated IPU's memory does.
 MEMORY_CHECKS: Tuple[str, ...] = ("error", "warn", "off")
 
+#: Seconds a distributed run waits for a process before it gives up.
+DEFAULT_DISTRIBUTED_TIMEOUT = 60.0
+
 #: Prefix of the Simulator keys in ``Options.toDict()``.
 KEY_PREFIX = "simulator."
 
@@ -49,7 +52,7 @@ def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
 
 class _SimulatorOptions(OptionsDict):
     """Simulator settings: execution backend, host device, IPU version,
-    memory check and host memory.
+    memory check, host memory and the distributed timeout.
 
     - ``execution_backend``: ``"interpret"`` (default) or ``"compile"``;
     - ``host_device``: ``"cpu"`` (default) or ``"cuda"``;
@@ -61,7 +64,10 @@ class _SimulatorOptions(OptionsDict):
       what a model whose memory estimate exceeds an IPU's memory does
       (see :meth:`memoryCheck`);
     - ``host_memory_pool``: True (default) to keep freed host memory for
-      reuse between steps (see :meth:`hostMemoryPool`).
+      reuse between steps (see :meth:`hostMemoryPool`);
+    - ``distributed_timeout``: seconds (default 60) after which the processes
+      of a distributed run give up on one that died or hangs
+      (see :meth:`distributedTimeout`).
 
     Example::
 
@@ -74,7 +80,8 @@ class _SimulatorOptions(OptionsDict):
         super().__init__(execution_backend=BACKENDS[0],
                          host_device=HOST_DEVICES[0],
                          ipu_version=2, memory_check="warn",
-                         host_memory_pool=True)
+                         host_memory_pool=True,
+                         distributed_timeout=DEFAULT_DISTRIBUTED_TIMEOUT)
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option == "execution_backend":
@@ -94,6 +101,9 @@ class _SimulatorOptions(OptionsDict):
         elif option == "host_memory_pool" and not isinstance(value, bool):
             raise ValueError(f"Simulator.hostMemoryPool takes a bool, got "
                              f"{value!r}")
+        elif option == "distributed_timeout" and not value > 0:
+            raise ValueError("Simulator.distributedTimeout takes a positive "
+                             f"number of seconds, got {value!r}")
 
     def backend(self, name: str) -> "_SimulatorOptions":
         """Execution backend: ``"interpret"`` or ``"compile"``."""
@@ -129,6 +139,18 @@ class _SimulatorOptions(OptionsDict):
         or ``GLIBC_TUNABLES`` always win.
         """
         return self.set(host_memory_pool=enabled)
+
+    def distributedTimeout(self, seconds: float) -> "_SimulatorOptions":
+        """How long the processes of a distributed run
+        (``Options.Distributed``) wait for each other, in seconds (default
+        60). When a process dies or hangs, the others raise
+        ``poptorch.Error`` naming it after at most about this long instead
+        of waiting for ever. The first model compiled for several
+        processes sets it for the whole process."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ValueError("Simulator.distributedTimeout takes a number of "
+                             f"seconds, got {seconds!r}")
+        return self.set(distributed_timeout=float(seconds))
 
     def _serialised(self) -> Dict[str, Any]:
         return {KEY_PREFIX + k: v for k, v in self._values.items()}

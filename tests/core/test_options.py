@@ -63,7 +63,8 @@ def test_defaults_match_spec():
         "simulator.host_device": "cpu",
         "simulator.ipu_version": 2,
         "simulator.memory_check": "warn",
-        "simulator.host_memory_pool": True
+        "simulator.host_memory_pool": True,
+        "simulator.distributed_timeout": 60.0
     }
 
 
