@@ -254,11 +254,15 @@ class PoplarExecutor:
         if state.optimizer_link is not None:
             state.optimizer_link.before_run()
         self._perf.start_call()
-        outputs = program.run(bound)
+        try:
+            outputs = program.run(bound)
+        finally:
+            # Also after Ctrl-C: the steps a call applied before it stopped
+            # are on the device, so the host copies are stale.
+            if state.training:
+                state.host_weights_stale = True
+                state.optimizer_link.after_run()
         self._perf.end_call(program.layout)
-        if state.training:
-            state.host_weights_stale = True
-            state.optimizer_link.after_run()
         if state.options.anchored_tensors:
             state.anchor_memory.update(
                 _anchors.read_anchors(state.options, program))

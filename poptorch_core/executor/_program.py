@@ -23,6 +23,7 @@ from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
+from ._interrupts import deferred_interrupts, interrupted_call
 from ._replica_weights import reduce_within_groups
 from ._scale_out import GradientReducer
 
@@ -131,35 +132,59 @@ class Program:
                 self._collect(collectors, outputs, iteration, 0, replica)
 
     def _run_training(self, splits, collectors) -> None:
+        """One optimizer step per device iteration. Ctrl-C stops the call
+        between steps: a step is applied whole or not at all
+        (``_interrupts``)."""
+        applied = 0
+        try:
+            for iteration in range(self.layout.device_iterations):
+                # Automatic loss scaling may change the scale after a step.
+                scale = float(self.device_optimizer.loss_scaling)
+                self._accumulate(splits, collectors, iteration, scale)
+                divisor = self._reduce()
+                with deferred_interrupts():
+                    self._apply(divisor, scale)
+                    applied += 1
+        except KeyboardInterrupt:
+            for param in self.state.params:
+                param.grad = None  # a half-accumulated step is discarded
+            raise interrupted_call(applied,
+                                   self.layout.device_iterations) from None
+
+    def _accumulate(self, splits, collectors, iteration: int,
+                    scale: float) -> None:
+        """Forward and backward of every micro-batch of one iteration."""
+        layout, loss_index = self.layout, self.captured.loss_index
+        for step in range(layout.gradient_accumulation):
+            for replica in range(layout.replicas):
+                outputs = self.executable.run(
+                    self.state.replica_params(replica) +
+                    self.state.buffers(replica) +
+                    self._micro_inputs(splits, iteration, step, replica))
+                loss = outputs[loss_index]
+                # A "none"-reduced final loss back-propagates ones.
+                seed = loss if loss.dim() == 0 else loss.sum()
+                if seed.requires_grad:
+                    (seed * scale if scale != 1.0 else seed).backward()
+                self._collect(collectors, outputs, iteration, step, replica)
+
+    def _reduce(self) -> float:
+        """Reduces the accumulated gradients (over replica groups and
+        processes); returns what the optimizer divides their sum by. Left
+        interruptible: a collective that hangs must not hold Ctrl-C."""
         params, layout = self.state.params, self.layout
-        optimizer = self.device_optimizer
-        loss_index = self.captured.loss_index
-        for iteration in range(layout.device_iterations):
-            # Automatic loss scaling may change the scale after each step.
-            scale = float(optimizer.loss_scaling)
-            for step in range(layout.gradient_accumulation):
-                for replica in range(layout.replicas):
-                    outputs = self.executable.run(
-                        self.state.replica_params(replica) +
-                        self.state.buffers(replica) +
-                        self._micro_inputs(splits, iteration, step, replica))
-                    loss = outputs[loss_index]
-                    # A "none"-reduced final loss back-propagates ones.
-                    seed = loss if loss.dim() == 0 else loss.sum()
-                    if seed.requires_grad:
-                        (seed * scale if scale != 1.0 else seed).backward()
-                    self._collect(collectors, outputs, iteration, step,
-                                  replica)
-            if self.state.grouped and self.reduction == ReductionType.Mean:
-                reduce_within_groups(params, self.state.grouped,
-                                     layout.replicas)
-            divisor = self.gradient_reducer.reduce(params, layout,
-                                                   self.reduction)
-            self.last_gradients = {
-                i: p.grad.detach().clone() / (divisor * scale)
-                for i, p in enumerate(params) if p.grad is not None} \
-                if self.keep_gradients else {}
-            optimizer.step(float(divisor))
+        if self.state.grouped and self.reduction == ReductionType.Mean:
+            reduce_within_groups(params, self.state.grouped, layout.replicas)
+        return self.gradient_reducer.reduce(params, layout, self.reduction)
+
+    def _apply(self, divisor: float, scale: float) -> None:
+        """One optimizer update from the reduced gradients."""
+        params = self.state.params
+        self.last_gradients = {
+            i: p.grad.detach().clone() / (divisor * scale)
+            for i, p in enumerate(params) if p.grad is not None} \
+            if self.keep_gradients else {}
+        self.device_optimizer.step(float(divisor))
 
     def _write_back_inputs(self, host_inputs, inputs) -> None:
         for i in self.captured.mutated_inputs:
