@@ -138,7 +138,10 @@ class DataLoader(torch.utils.data.DataLoader):
                          persistent_workers=persistent_workers,
                          batch_sampler=batch_sampler,
                          **kwargs)
-        if mode != DataLoaderMode.Sync:
+        self._empty_message = self._yields_nothing()
+        if self._empty_message is not None:
+            logger.warning(self._empty_message)
+        elif mode != DataLoaderMode.Sync:
             self._start_accessor(async_options)
 
     # -- construction helpers -------------------------------------------
@@ -234,6 +237,30 @@ class DataLoader(torch.utils.data.DataLoader):
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
 
+    def _yields_nothing(self) -> Optional[str]:
+        """Why an epoch of this loader has no batch, or None if it has
+        one (or its length is unknown)."""
+        try:
+            if self._combined_batch_size is None or len(self) > 0:
+                return None
+        except (TypeError, NotImplementedError):
+            return None  # an iterable or a sampler of unknown length
+        opts = self._options
+        what = (f"its batch_sampler gives {len(self.batch_sampler)} "
+                "batch(es)" if self._combine_sampler_batches else
+                f"it reads {len(self.sampler)} sample(s)")
+        return (
+            f"This DataLoader yields no batch: {what}, and one step takes "
+            f"{self._combined_batch_size} sample(s) (batch_size "
+            f"{self._combined_batch_size // self._num_batches_to_combine} x "
+            f"deviceIterations {opts.device_iterations} x replicationFactor "
+            f"{opts.replication_factor} / input group size "
+            f"{opts.input_group_size} x gradientAccumulation "
+            f"{opts.Training.gradient_accumulation}); drop_last=True drops "
+            "the incomplete step. Use a smaller batch_size or fewer device "
+            "iterations, or pass drop_last=False to keep a short last "
+            "batch.")
+
     def _warn_partial_batch(self, num_samples: int) -> None:
         logger.warning(
             "The number of elements in the dataset (%d) is not divisible by "
@@ -272,6 +299,8 @@ class DataLoader(torch.utils.data.DataLoader):
         return super().__len__()
 
     def __iter__(self) -> Iterator[Any]:
+        if self._empty_message is not None:
+            raise createPoptorchError(self._empty_message)
         if self._accessor is not None:
             return iter(self._accessor)
         batches = super().__iter__()
