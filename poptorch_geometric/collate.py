@@ -26,11 +26,13 @@ from torch_geometric.data.data import BaseData
 from poptorch_core._logging import logger
 
 from ._padding.budget import BatchRoom
-from ._padding.columns import Columns
+from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
 from ._padding.plan import Level, make_padding_graphs
 from ._padding.trim import TrimCounts, prune
+from ._padding.validate import (check_edge_index, check_hetero_edge_index,
+                                check_same_attributes)
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -129,6 +131,7 @@ class FixedSizeCollater(Collater):
         hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
+        self._check_graphs(data_list, columns, room, hetero)
         if not hetero:
             self._detect_labels_type(data_list, columns,
                                      room.nodes[None].counts)
@@ -163,6 +166,8 @@ class FixedSizeCollater(Collater):
                                  room.nodes[None].counts, self.follow_batch,
                                  self.exclude_keys)
         if batch is None:
+            if not hetero and not isinstance(columns, StorageColumns):
+                check_edge_index(data_list, room.nodes[None].counts)
             batch = Batch.from_data_list(
                 data_list + make_padding_graphs(plan),
                 follow_batch=self.follow_batch,
@@ -230,6 +235,22 @@ class FixedSizeCollater(Collater):
             f"{sorted(t.__name__ for t in types)}.")
         return hetero
 
+    def _check_graphs(self, data_list: List[BaseData],
+                      columns: Optional[Columns], room: BatchRoom,
+                      hetero: bool) -> None:
+        """Raises for graphs whose attributes differ and, for hetero
+        graphs, edges outside their graph (``_padding/validate``); the two
+        homogeneous paths check edges where they concatenate them, and
+        graphs read from a dataset's storage were checked once, with the
+        storage."""
+        if hetero:
+            check_hetero_edge_index(data_list)
+        elif not isinstance(columns, StorageColumns):
+            check_same_attributes(
+                columns.mappings if columns is not None else
+                [d._store._mapping for d in data_list],
+                self.exclude_keys or ())
+
     def _specs(self, data_list: List[BaseData], columns: Optional[Columns],
                room: BatchRoom, hetero: bool) -> Dict[Hashable, list]:
         if hetero:
@@ -253,7 +274,7 @@ class FixedSizeCollater(Collater):
                             node_counts: List[int]) -> None:
         """Decides whether ``y`` is per graph or per node; a batch that
         cannot tell (every graph has one node) keeps the earlier answer."""
-        if "y" not in data_list[0]:
+        if "y" not in data_list[0] or "y" in (self.exclude_keys or ()):
             return
         if columns is not None:
             rows = columns.leading_sizes("y")

@@ -138,10 +138,7 @@ class DataLoader(torch.utils.data.DataLoader):
                          persistent_workers=persistent_workers,
                          batch_sampler=batch_sampler,
                          **kwargs)
-        self._empty_message = self._yields_nothing()
-        if self._empty_message is not None:
-            logger.warning(self._empty_message)
-        elif mode != DataLoaderMode.Sync:
+        if not self._warn_if_empty() and mode != DataLoaderMode.Sync:
             self._start_accessor(async_options)
 
     # -- construction helpers -------------------------------------------
@@ -236,6 +233,14 @@ class DataLoader(torch.utils.data.DataLoader):
             async_options["rebatched_size"] = self._combined_batch_size
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
+
+    def _warn_if_empty(self) -> bool:
+        """Warns (and remembers, for ``__iter__`` to raise) when an epoch
+        has no batch; returns whether it has none."""
+        self._empty_message = self._yields_nothing()
+        if self._empty_message is not None:
+            logger.warning(self._empty_message)
+        return self._empty_message is not None
 
     def _yields_nothing(self) -> Optional[str]:
         """Why an epoch of this loader has no batch, or None if it has
