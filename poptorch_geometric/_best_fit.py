@@ -10,9 +10,11 @@ fills the remaining node and edge room most evenly (the largest
 padding-room rule holds throughout: a batch of ``c`` graphs keeps one node and
 one edge for each of its ``max_graphs - c`` free slots.
 
-Guarantees: every graph is packed exactly once; a graph is never packed
-before a graph more than ``lookahead`` positions earlier in the sampling
-order; the result depends only on the order and the sizes (no randomness).
+Guarantees: every graph is packed exactly once; each batch starts with the
+oldest graph still waiting and takes only from the next ``lookahead`` (at
+least ``max_graphs``) graphs still waiting, so a graph overtakes fewer than
+``lookahead`` waiting graphs; the result depends only on the order and the
+sizes (no randomness).
 
 Example (room for 2 graphs and 9 nodes; sizes 5, 5, 4, 4 in that order)::
 
@@ -43,17 +45,19 @@ def _top_up(nodes: np.ndarray, edges: np.ndarray, node_room: int,
     """Indices into ``nodes``/``edges`` (sizes minus one) chosen to fill
     ``node_room`` and ``edge_room`` with at most ``slots`` graphs."""
     chosen: List[int] = []
-    candidates = np.flatnonzero((nodes <= node_room) & (edges <= edge_room))
-    while candidates.size and len(chosen) < slots:
-        score = np.minimum(nodes[candidates] / max(node_room, 1),
-                           edges[candidates] / max(edge_room, 1))
-        best = int(candidates[int(np.argmax(score))])
-        chosen.append(best)
-        node_room -= int(nodes[best])
-        edge_room -= int(edges[best])
-        candidates = candidates[(candidates != best) &
-                                (nodes[candidates] <= node_room) &
-                                (edges[candidates] <= edge_room)]
+    index = ((nodes <= node_room) & (edges <= edge_room)).nonzero()[0]
+    cand_nodes, cand_edges = nodes[index], edges[index]
+    while index.size and len(chosen) < slots:
+        score = np.minimum(cand_nodes * (1.0 / max(node_room, 1)),
+                           cand_edges * (1.0 / max(edge_room, 1)))
+        best = int(score.argmax())
+        chosen.append(int(index[best]))
+        node_room -= int(cand_nodes[best])
+        edge_room -= int(cand_edges[best])
+        keep = (cand_nodes <= node_room) & (cand_edges <= edge_room)
+        keep[best] = False
+        index, cand_nodes, cand_edges = (index[keep], cand_nodes[keep],
+                                         cand_edges[keep])
     return chosen
 
 
@@ -70,30 +74,28 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     # graphs fits iff its sums of (size - 1) stay within these rooms.
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
     nodes, edges = nodes - 1, edges - 1
-    used = np.zeros(len(nodes), dtype=bool)
-    start = 0
-    while True:
-        while start < len(nodes) and used[start]:
-            start += 1
-        if start == len(nodes):
-            return
-        window = np.flatnonzero(
-            ~used[start:start + max(lookahead, max_graphs)]) + start
-        head = window[:max_graphs]
-        node_sums, edge_sums = np.cumsum(nodes[head]), np.cumsum(edges[head])
+    width = max(lookahead, max_graphs)
+    pending = np.arange(len(nodes))  # positions not packed yet, in order
+    while pending.size:
+        head = pending[:max_graphs]
+        node_sums, edge_sums = nodes[head].cumsum(), edges[head].cumsum()
         # The greedy prefix ends at the first graph that overflows either
         # room (a graph without edges has size -1 here, so sums can fall
         # again later: only the first overflow counts, as in PopTorch).
         fits = (node_sums <= node_room) & (edge_sums <= edge_room)
-        count = len(fits) if fits.all() else int(np.argmin(fits))
-        batch = head[:count]
-        if lookahead and count < max_graphs:
-            rest = window[count:]
-            extra = _top_up(nodes[rest], edges[rest],
-                            node_room - int(node_sums[count - 1]),
-                            edge_room - int(edge_sums[count - 1]),
-                            max_graphs - count)
-            if extra:
-                batch = np.sort(np.concatenate([batch, rest[extra]]))
-        used[batch] = True
-        yield batch
+        count = fits.size if fits.all() else int(fits.argmin())
+        window = pending[:width]
+        if not lookahead or count == max_graphs or window.size == count:
+            pending = pending[count:]
+            yield head[:count]
+            continue
+        rest = window[count:]
+        extra = _top_up(nodes[rest], edges[rest],
+                        node_room - int(node_sums[count - 1]),
+                        edge_room - int(edge_sums[count - 1]),
+                        max_graphs - count)
+        taken = np.zeros(window.size, dtype=bool)
+        taken[:count] = True
+        taken[np.asarray(extra, dtype=np.int64) + count] = True
+        pending = np.concatenate((window[~taken], pending[width:]))
+        yield window[taken]

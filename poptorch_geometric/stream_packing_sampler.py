@@ -17,6 +17,7 @@ Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
 from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
 from poptorch_core._logging import logger
@@ -40,6 +41,31 @@ def _budget(kind: str, value: Optional[int], max_num_graphs: int,
             f"({max_num_graphs}): every graph slot needs room for one "
             f"{kind[:-1]}.")
     return value
+
+
+def sampling_order(sampler: Iterable[int]) -> np.ndarray:
+    """The indices one pass over ``sampler`` yields, as an int64 array.
+
+    Torch's ``SequentialSampler`` and (default) ``RandomSampler`` are drawn
+    with one tensor op and the same random draws as iterating them (one
+    ``randperm`` for the order and the empty tail ``RandomSampler`` draws
+    after it), about 20 times as fast as a Python loop over 5,000 ints;
+    other samplers are iterated.
+    """
+    if type(sampler) is SequentialSampler:
+        return np.arange(len(sampler.data_source), dtype=np.int64)
+    if type(sampler) is RandomSampler and not sampler.replacement and \
+            sampler._num_samples is None:
+        generator = sampler.generator
+        if generator is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            generator = torch.Generator()
+            generator.manual_seed(seed)
+        size = len(sampler.data_source)
+        order = torch.randperm(size, generator=generator).numpy()
+        torch.randperm(size, generator=generator)  # the empty tail's draw
+        return order
+    return np.fromiter((int(i) for i in sampler), dtype=np.int64)
 
 
 class _LengthDependsOnOrder(NotImplementedError, TypeError):
@@ -76,11 +102,11 @@ class StreamPackingSampler(Sampler[List[int]]):
     order of ``base_sampler`` is kept and nothing is looked ahead.
 
     With ``lookahead > 0`` a batch that greedy packing would close is
-    topped up with the samples among the next ``lookahead`` that fill its
-    remaining node and edge room best (the padding-room rule still holds),
-    so fewer slots go to padding; each batch starts with the oldest sample
-    not yet packed, so a sample never moves ahead of one more than
-    ``lookahead`` places before it. ``FixedSizeOptions.for_packing`` and
+    topped up with the samples among the next ``lookahead`` still waiting
+    that fill its remaining node and edge room best (the padding-room rule
+    still holds), so fewer slots go to padding; each batch starts with the
+    oldest sample still waiting, so a sample overtakes fewer than
+    ``lookahead`` waiting samples. ``FixedSizeOptions.for_packing`` and
     ``for_batch_size`` choose budgets for a lookahead and the loaders pass
     it on. Sizes must not change between accesses (no dataset
     ``transform``).
@@ -196,8 +222,7 @@ class StreamPackingSampler(Sampler[List[int]]):
     def _pack_best_fit(self, skipped: List[int]) -> Iterator[List[int]]:
         """Greedy topped up from the next ``lookahead`` samples
         (``_best_fit``). Samples that fit no batch are rejected first."""
-        order = np.fromiter((int(i) for i in self.base_sampler),
-                            dtype=np.int64)
+        order = sampling_order(self.base_sampler)
         nodes, edges = self._window_sizes(order)
         too_big = ((nodes - 1 > self.max_num_nodes - self.max_num_graphs) |
                    (edges - 1 > self.max_num_edges - self.max_num_graphs))
@@ -218,8 +243,7 @@ class StreamPackingSampler(Sampler[List[int]]):
         ``max_num_graphs`` samples whose running totals keep the
         padding-room rule, found with a few NumPy operations instead of a
         Python step per sample."""
-        order = np.fromiter((int(i) for i in self.base_sampler),
-                            dtype=np.int64)
+        order = sampling_order(self.base_sampler)
         node_room = self.max_num_nodes - self.max_num_graphs
         edge_room = self.max_num_edges - self.max_num_graphs
         start = 0

@@ -53,18 +53,18 @@ def test_every_graph_once_rule_kept_order_bounded(sizes, max_graphs,
     batches = [b.tolist() for b in best_fit_batches(
         nodes, edges, max_graphs, max_nodes, max_edges, lookahead)]
     assert sorted(i for b in batches for i in b) == list(range(len(nodes)))
-    packed = set()
+    pending = list(range(len(nodes)))
     for batch in batches:
         assert batch == sorted(batch) and 0 < len(batch) <= max_graphs
         free = max_graphs - len(batch)
         assert max_nodes - nodes[batch].sum() >= free
         assert max_edges - edges[batch].sum() >= free
         # Each batch starts with the oldest graph not yet packed, and takes
-        # nothing beyond the window that starts there.
-        oldest = min(set(range(len(nodes))) - packed)
-        assert batch[0] == oldest
-        assert batch[-1] < oldest + max(lookahead, max_graphs)
-        packed.update(batch)
+        # nothing beyond the next lookahead (at least max_graphs) graphs
+        # still waiting.
+        assert batch[0] == pending[0]
+        assert set(batch) <= set(pending[:max(lookahead, max_graphs)])
+        pending = [p for p in pending if p not in batch]
     if lookahead == 0:
         assert batches == _greedy_reference(nodes, edges, max_graphs,
                                             max_nodes, max_edges)
@@ -132,3 +132,28 @@ def test_greedy_options_keep_poptorch_packing():
     assert opts.packing_lookahead == 0
     with pytest.raises(ValueError, match="lookahead"):
         pyg_ipu.FixedSizeOptions.for_packing(ds, 16, lookahead=-2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda data: torch.utils.data.SequentialSampler(data),
+    lambda data: torch.utils.data.RandomSampler(data),
+    lambda data: torch.utils.data.RandomSampler(
+        data, generator=torch.Generator().manual_seed(3)),
+    lambda data: torch.utils.data.RandomSampler(data, replacement=True),
+    lambda data: [4, 1, 3],
+])
+def test_sampling_order_is_one_pass_of_the_sampler(make):
+    from poptorch_geometric.stream_packing_sampler import sampling_order
+    data = list(range(50))
+    torch.manual_seed(11)
+    fast_sampler = make(data)
+    fast = sampling_order(fast_sampler).tolist()
+    after_fast = torch.rand(1)  # the global RNG moved the same way
+    torch.manual_seed(11)
+    slow_sampler = make(data)
+    assert fast == list(slow_sampler)
+    assert torch.equal(after_fast, torch.rand(1))
+    generator = getattr(fast_sampler, "generator", None)
+    if generator is not None:
+        assert torch.equal(generator.get_state(),
+                           slow_sampler.generator.get_state())
