@@ -1,0 +1,76 @@
+"""Loss scaling through ``trainingModel`` against an eager PyTorch loop.
+
+PopTorch multiplies the final loss by ``loss_scaling`` before backward and
+divides the reduced gradients by it before the update, so in float32 the
+numerics are those of unscaled training. A factor that is applied on one
+side only changes every gradient by that factor: SGD and Adam with weight
+decay (the decay term is not scale-invariant) both see it.
+"""
+import copy
+
+import pytest
+import torch
+
+import poptorch
+from ._eager import train_call
+from ._models import MLP
+
+FACTORS = [0.25, 8.0, 1024.0]
+
+OPTIMIZERS = {
+    "SGD": (poptorch.optim.SGD, torch.optim.SGD,
+            {"lr": 0.05, "momentum": 0.5}),
+    "Adam": (poptorch.optim.Adam, torch.optim.Adam,
+             {"lr": 0.01, "weight_decay": 0.5}),
+}
+
+
+def _train_both(model, ipu_optimizer, ref_optimizer, reference, D, G, R,
+                loss_scaling, calls=2, dtype=torch.float32, masters=None):
+    opts = poptorch.Options().deviceIterations(D).replicationFactor(R)
+    opts.Training.gradientAccumulation(G)
+    opts.outputMode(poptorch.OutputMode.All)
+    ipu_model = poptorch.trainingModel(model, opts, ipu_optimizer)
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(calls):
+        n = 2 * D * G * R
+        x = torch.randn(n, 4, generator=gen).to(dtype)
+        y = torch.randn(n, 3, generator=gen).to(dtype)
+        _, losses = ipu_model(x, y)
+        expected = train_call(reference, ref_optimizer, (x, y), D, G, R,
+                              loss_scaling=loss_scaling, masters=masters)
+        ref_losses = torch.stack([loss for step in expected
+                                  for replica in step
+                                  for _, loss in replica])
+        # The returned losses are the unscaled forward values.
+        torch.testing.assert_close(losses, ref_losses, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("factor", FACTORS)
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_float32_training_is_unchanged_by_loss_scaling(name, factor):
+    poptorch_class, torch_class, kwargs = OPTIMIZERS[name]
+    torch.manual_seed(0)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    _train_both(model, poptorch_class(model.parameters(), loss_scaling=factor,
+                                      **kwargs),
+                torch_class(reference.parameters(), **kwargs), reference,
+                D=2, G=2, R=2, loss_scaling=factor)
+    for (name_, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name_)
+
+
+def test_loss_scaling_set_on_a_native_torch_optimizer():
+    """``optimizer.loss_scaling = s`` on a torch optimizer is honoured."""
+    torch.manual_seed(1)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    optimizer.loss_scaling = 16.0
+    _train_both(model, optimizer,
+                torch.optim.SGD(reference.parameters(), lr=0.05), reference,
+                D=2, G=2, R=1, loss_scaling=16.0)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
