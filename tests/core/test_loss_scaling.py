@@ -74,3 +74,24 @@ def test_loss_scaling_set_on_a_native_torch_optimizer():
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
+
+@pytest.mark.parametrize("factor", [8.0, 1024.0])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_float16_training_with_loss_scaling(name, factor):
+    """A float16 model: the float16 gradients of ``loss * s`` are unscaled
+    and the update computed in float32, then stored in float16. With
+    moderate gradients and power-of-two factors the scaling is exact."""
+    poptorch_class, torch_class, kwargs = OPTIMIZERS[name]
+    torch.manual_seed(2)
+    model = MLP().half()
+    reference = copy.deepcopy(model)
+    masters = [torch.nn.Parameter(p.detach().float())
+               for p in reference.parameters()]
+    _train_both(model, poptorch_class(model.parameters(), loss_scaling=factor,
+                                      **kwargs),
+                torch_class(masters, **kwargs), reference, D=2, G=2, R=1,
+                loss_scaling=factor, dtype=torch.float16, masters=masters)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert p.dtype == torch.float16
+        torch.testing.assert_close(p, q, rtol=2e-3, atol=2e-3)
+
