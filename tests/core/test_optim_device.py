@@ -8,6 +8,7 @@ import torch
 
 import poptorch
 from poptorch_core.optim._device import DeviceOptimizer
+from ._reference_optim import TFRMSpropReference
 
 STEPS = 5
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -378,23 +379,6 @@ def test_fp16_gradient_accumulator_rounds_the_reduced_gradient():
     _assert_same_params(dev_model, ref, rtol=0, atol=0)
 
 
-def _tf_rmsprop_reference(model, batches, lr, alpha, eps, momentum):
-    """TensorFlow's RMSprop, written from its definition."""
-    params = list(model.parameters())
-    ms = [torch.ones_like(p) for p in params]
-    mom = [torch.zeros_like(p) for p in params]
-    for x, y in batches:
-        grads = torch.autograd.grad(_loss(model, x, y), params)
-        with torch.no_grad():
-            for p, g, v, b in zip(params, grads, ms, mom):
-                v.copy_(alpha * v + (1 - alpha) * g * g)
-                step = lr * g / torch.sqrt(v + eps)
-                if momentum:
-                    b.copy_(momentum * b + step)
-                    step = b
-                p.sub_(step)
-
-
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_rmsprop_tf_variant(momentum):
     kwargs = dict(lr=0.01, alpha=0.9, eps=1e-3, momentum=momentum)
@@ -402,7 +386,8 @@ def test_rmsprop_tf_variant(momentum):
     dev_model, dev_opt = _on_device(
         host, P.RMSprop(host.parameters(), use_tf_variant=True, **kwargs))
     _train_device(dev_model, dev_opt, _batches())
-    _tf_rmsprop_reference(ref, _batches(), **kwargs)
+    _train_torch(ref, TFRMSpropReference(ref.parameters(), **kwargs),
+                 _batches())
     _assert_same_params(dev_model, ref)
     torch_variant = _model()
     _train_torch(torch_variant, T.RMSprop(torch_variant.parameters(),
