@@ -84,9 +84,13 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,
                      keep_precision: bool = False) -> torch.Tensor:
     """``torch.matmul(lhs, rhs)``, split into ``factor`` pieces along the
     dimension ``mode`` names when compiled for an IPU."""
-    assert isinstance(keep_precision, bool)
-    assert isinstance(factor, int)
-    assert isinstance(mode, MatMulSerializationMode)
+    assert isinstance(keep_precision, bool), (
+        f"keep_precision must be a bool (got {type(keep_precision).__name__})")
+    assert isinstance(factor, int), (
+        f"factor must be an int (got {type(factor).__name__})")
+    assert isinstance(mode, MatMulSerializationMode), (
+        f"mode must be a poptorch.MatMulSerializationMode (got "
+        f"{type(mode).__name__})")
     return _on_ipu(_set_matmul_serialization, torch.matmul(lhs, rhs),
                    mode.value, factor, keep_precision)
 

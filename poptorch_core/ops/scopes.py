@@ -178,13 +178,15 @@ class MultiConv:
 
     def perConvReservedTiles(self, value: int) -> "MultiConv":
         """Tiles reserved per convolution."""
-        assert isinstance(value, int)
+        assert isinstance(value, int), (
+            f"perConvReservedTiles expects an int (got {type(value).__name__})")
         self._per_conv_reserved_tiles = value
         return self
 
     def cycleBackOff(self, value: float) -> "MultiConv":
         """Cycle back-off proportion of the planner."""
-        assert isinstance(value, float)
+        assert isinstance(value, float), (
+            f"cycleBackOff expects a float (got {type(value).__name__})")
         self._cycle_back_off = value
         return self
 
