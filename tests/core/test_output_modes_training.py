@@ -45,8 +45,8 @@ def _expected(micro, mode, period, index):
 
 
 MODES = [(Mode.All, None), (Mode.Final, None), (Mode.Sum, None),
-         (Mode.EveryN, 2), (Mode.EveryN, 3)]
-MODE_IDS = ["All", "Final", "Sum", "Every2", "Every3"]
+         (Mode.EveryN, 1), (Mode.EveryN, 2), (Mode.EveryN, 3)]
+MODE_IDS = ["All", "Final", "Sum", "Every1", "Every2", "Every3"]
 
 
 @pytest.mark.parametrize("D,G,R", [(3, 2, 1), (2, 3, 2), (1, 6, 2)])
