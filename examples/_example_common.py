@@ -14,6 +14,7 @@ Example::
 import argparse
 import dataclasses
 import json
+import os
 import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -22,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 import poptorch
+from poptorch_core._files import atomic_write
 
 __all__ = ["CPU_COLUMN", "IPU_COLUMN", "TrainingLog", "add_common_arguments",
            "example_parser", "ipu_options", "loss_change", "masked_mean_loss",
@@ -216,5 +218,6 @@ def write_json(path: Optional[str], summary: Dict[str, Any]) -> None:
     """Writes ``summary`` to ``path`` (if given) as strict JSON: a NaN or
     infinity is an error rather than an unreadable record."""
     if path:
-        with open(path, "w", encoding="utf-8") as f:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with atomic_write(path, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2, allow_nan=False)

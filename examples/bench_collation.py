@@ -21,8 +21,6 @@ Collation runs with one torch thread by default, as it does in DataLoader
 workers (torch sets one thread there).
 """
 import argparse
-import json
-import os
 import statistics
 import time
 from typing import Callable, Dict, List, Sequence
@@ -35,6 +33,8 @@ from poptorch_geometric import (FixedSizeCollater, FixedSizeOptions,
 from poptorch_geometric._fastpath.graph_cache import CachedGraphs
 from poptorch_geometric.datasets import NCITPSA
 from poptorch_geometric.pyg_dataloader import FixedSizeDataLoader
+
+from _example_common import write_json
 
 GRAPHS_PER_BATCH = 128
 
@@ -166,9 +166,7 @@ def main() -> None:
         "efficiency": slot_efficiency(dataset),
     }
     _print_table(record)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
+    write_json(args.out, record)
     print(f"\nwritten to {args.out}")
 
 

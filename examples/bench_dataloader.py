@@ -20,7 +20,6 @@ Usage::
 """
 import argparse
 import csv
-import json
 import os
 import statistics
 import time
@@ -30,6 +29,8 @@ import torch
 from torch_geometric.utils import from_smiles
 
 import poptorch_core as poptorch
+
+from _example_common import write_json
 
 MAX_NODES = 128  # the largest of the 4,999 molecules has 122 atoms
 MAX_EDGES = 272  # ... and 264 directed bonds
@@ -209,11 +210,10 @@ def main() -> None:
               f"{ratios[consumer]['best']:.2f} (best), "
               f"{ratios[consumer]['median']:.2f} (median)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"batches_per_s": {f"{c}/{m}": v
-                                         for (c, m), v in rates.items()},
-                       "startup_s": startup, "async_over_sync": ratios,
-                       "args": vars(args)}, handle, indent=2)
+        write_json(args.json, {
+            "batches_per_s": {f"{c}/{m}": v for (c, m), v in rates.items()},
+            "startup_s": startup, "async_over_sync": ratios,
+            "args": vars(args)})
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Usage::
 """
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -43,6 +42,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _example_common import write_json  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
@@ -347,9 +347,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = run(args)
     print_table(record)
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
+        write_json(args.out, record)
         print(f"\nJSON record: {args.out}")
     if args.plot:
         plot(record, args.plot)

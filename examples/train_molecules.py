@@ -14,7 +14,6 @@ Usage::
     python examples/train_molecules.py --backend compile --device-iterations 4
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -29,6 +28,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _example_common import write_json  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
@@ -204,8 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = run(args)
     print_summary(summary)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+        write_json(args.json, summary)
     return 0
 
 

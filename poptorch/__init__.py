@@ -21,7 +21,10 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         del path, target
-        if not fullname.startswith("poptorch."):
+        # poptorch.__main__ is a real module (``python -m poptorch``), which
+        # runpy must load from its file.
+        if not fullname.startswith("poptorch.") or \
+                fullname == "poptorch.__main__":
             return None
         return importlib.util.spec_from_loader(fullname, self)
 

@@ -17,6 +17,7 @@ import torch
 import poptorch
 
 MODULES = [
+    "poptorch_core._files",
     "poptorch_core._impl",
     "poptorch_core.executor._ipu_count",
     "poptorch_core._logging",

@@ -12,8 +12,9 @@ Example::
     >>> tensors = layout.flatten((torch.ones(3, 2), torch.ones(3)),
     ...                          "dataset index 7")
     >>> lengths = layout.write(slot, tensors)
-    >>> layout.rebuild(slot, lengths)[0].shape
-    torch.Size([3, 2])
+    >>> element = layout.copy_out(slot, lengths)
+    >>> element[0].shape, element[0].data_ptr() != slot[0].data_ptr()
+    (torch.Size([3, 2]), True)
 """
 from typing import Any, Hashable, List, Optional, Sequence
 
@@ -154,9 +155,10 @@ class ElementLayout:
                     target[:length].copy_(source)
         return lengths
 
-    def rebuild(self, slot: Sequence[torch.Tensor],
-                lengths: Sequence[int]) -> Any:
-        """An element like the first one whose tensors alias ``slot``."""
-        views = (t if t.dim() == 0 or t.shape[0] == n else t[:n]
-                 for t, n in zip(slot, lengths))
-        return rebuildStructure(self.template, views)
+    def copy_out(self, slot: Sequence[torch.Tensor],
+                 lengths: Sequence[int]) -> Any:
+        """An element like the first one with its own copy of ``slot``'s
+        data (the slot may be overwritten afterwards)."""
+        copies = (t.clone() if t.dim() == 0 else t[:n].clone()
+                  for t, n in zip(slot, lengths))
+        return rebuildStructure(self.template, copies)

@@ -24,6 +24,7 @@ import multiprocessing.connection
 import multiprocessing.util  # noqa: F401  (its atexit hook must come first)
 import os
 import signal
+import time
 import weakref
 from typing import Any, Optional, Tuple
 
@@ -35,7 +36,7 @@ from .._logging import logger
 from . import _protocol as P
 from ._worker import worker_main
 
-__all__ = ["WorkerDied", "WorkerProcess"]
+__all__ = ["WorkerDied", "WorkerProcess", "WorkerStalled"]
 
 _START_METHODS = {
     SharingStrategy.SharedMemory: ("spawn", None),
@@ -54,6 +55,32 @@ _running: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
 
 class WorkerDied(Exception):
     """The worker process exited without being asked to."""
+
+
+class WorkerStalled(Exception):
+    """The worker process sent nothing for longer than the timeout."""
+
+
+_PROCESS_STATES = {
+    "R": "running (busy, e.g. in the dataset's __getitem__)",
+    "S": "sleeping (waiting on a lock, I/O or another process)",
+    "D": "in uninterruptible I/O",
+    "T": "stopped (for example by SIGSTOP or Ctrl-Z)",
+    "t": "stopped by a debugger",
+    "Z": "a zombie (exited but not reaped)",
+}
+
+
+def describe_process_state(pid: int) -> str:
+    """What the OS says process ``pid`` is doing, in words (Linux; other
+    systems give "in an unknown state")."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            # The command name may hold spaces: the state follows its ")".
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "in an unknown state"
+    return _PROCESS_STATES.get(state, f"in state {state!r}")
 
 
 def _preload_torch_in_forkserver(context: Any) -> None:
@@ -137,10 +164,18 @@ class WorkerProcess:
         except (BrokenPipeError, EOFError, OSError):
             raise self._died() from None
 
-    def receive(self) -> Tuple[Any, ...]:
+    def receive(self, timeout: Optional[float] = None) -> Tuple[Any, ...]:
         """The next message; raises :class:`WorkerDied` if the worker exits
-        first (noticed within ``_LIVENESS_INTERVAL_S``)."""
+        first (noticed within ``_LIVENESS_INTERVAL_S``) and
+        :class:`WorkerStalled` if nothing comes within ``timeout`` seconds
+        (None: wait as long as the worker lives)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerStalled(
+                    f"The worker process (pid {self.pid}) has sent nothing "
+                    f"for {timeout:g} s; it is "
+                    f"{describe_process_state(self.pid)}.")
             try:
                 if self._conn.poll(_LIVENESS_INTERVAL_S):
                     return self._conn.recv()

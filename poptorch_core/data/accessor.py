@@ -13,13 +13,18 @@ from ..errors import Error, createPoptorchError
 from . import _protocol as P
 from ._batching import count_batches, samples_per_epoch
 from ._layout import ElementLayout
-from ._process import WorkerDied, WorkerProcess
+from ._process import WorkerDied, WorkerProcess, WorkerStalled
 
 __all__ = ["AsynchronousDataAccessor"]
 
 _START_FAILED = ("AsynchronousDataAccessor worker thread failed to start "
                  "(Check above for details)")
 _FETCHER_FAILED = "An error occurred in the data fetcher"
+
+
+#: Seconds the consumer waits for one element before it reports the worker
+#: as stalled (a deadlock in ``__getitem__``, a stopped process).
+DEFAULT_TIMEOUT_S = 300.0
 
 
 class _DataFetcherError(Error, AssertionError):
@@ -63,14 +68,16 @@ class AsynchronousDataAccessor:
     the shapes of the first element (the leading dimension may be shorter,
     for a final partial batch).
 
-    The tensors returned alias the shared buffers: they are overwritten once
-    the next element is requested, so ``clone()`` what you keep.
+    Each element is copied out of the ring before its slot is handed back
+    to the worker, so the tensors returned are the caller's to keep
+    (``list(accessor)`` holds every element intact). PopTorch returned views
+    of the ring that the next element overwrote.
 
     Args:
         dataset: a map-style dataset (read by index), an iterable dataset or
             a DataLoader (iterated).
-        buffer_size: number of ring slots. The consumer holds one, so the
-            worker runs up to ``buffer_size - 1`` elements ahead.
+        buffer_size: number of ring slots: the worker runs up to
+            ``buffer_size`` elements ahead.
         miss_sleep_time_in_ms: kept for compatibility. Waiting is
             event-driven (the worker signals through a pipe), so there is no
             polling interval to tune.
@@ -84,6 +91,11 @@ class AsynchronousDataAccessor:
         rebatched_size: re-batch the dataset's batches into batches of this
             many rows (every tensor's dim 0). The final partial batch is kept
             unless the dataset is a DataLoader with ``drop_last=True``.
+        timeout: seconds to wait for one element (300 by default; None
+            waits for ever). A worker that sends nothing for that long
+            (deadlocked, stopped with SIGSTOP) is stopped and the consumer
+            raises an error that names the worker's state. Not in PopTorch,
+            which waits for ever.
 
     Example::
 
@@ -105,7 +117,8 @@ class AsynchronousDataAccessor:
                  load_indefinitely: bool = True,
                  early_preload: bool = False,
                  sharing_strategy: SharingStrategy = SharingStrategy.ForkServer,
-                 rebatched_size: Optional[int] = None):
+                 rebatched_size: Optional[int] = None,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT_S):
         self._worker: Optional[WorkerProcess] = None
         self._internal: bool = getattr(self, "_internal", False)
         if not isinstance(buffer_size, int) or buffer_size < 1:
@@ -119,6 +132,11 @@ class AsynchronousDataAccessor:
             raise ValueError(
                 f"Unknown sharing_strategy {sharing_strategy!r}: use one of "
                 f"{[str(s) for s in SharingStrategy]}")
+        if timeout is not None and (
+                not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError("timeout must be a positive number of seconds "
+                             f"or None (wait for ever), got {timeout!r}")
+        self._timeout = timeout
         if rebatched_size is not None:
             assert isinstance(rebatched_size, int) and rebatched_size > 1, (
                 f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
@@ -133,7 +151,6 @@ class AsynchronousDataAccessor:
                                 rebatched_size=rebatched_size,
                                 drop_last=self._drop_last)
         self._generation = 0
-        self._held: Optional[int] = None  # slot the user's tensors alias
         self._position = 0  # elements returned in this epoch
         self._exhausted = False
         self._failure: Optional[str] = None  # loading error of this epoch
@@ -176,10 +193,12 @@ class AsynchronousDataAccessor:
 
     def _receive_buffers(self, rebatched_size: Optional[int]):
         try:
-            message = self._worker.receive()
+            message = self._worker.receive(self._timeout)
         except WorkerDied as died:
             self.terminate()
             raise createPoptorchError(f"{_START_FAILED}\n{died}") from None
+        except WorkerStalled as stalled:
+            self._on_stall(stalled)
         if message[0] == P.EMPTY:
             self.terminate()
             raise createPoptorchError("The Dataset is empty")
@@ -215,12 +234,22 @@ class AsynchronousDataAccessor:
             self._send(P.GO)
             self._started = True
 
+    def _on_stall(self, stalled: WorkerStalled) -> None:
+        self._dead = (f"{stalled} The accessor stopped it. If loading one "
+                      "element really takes this long, pass a larger "
+                      "timeout (or None) to the AsynchronousDataAccessor "
+                      "(DataLoader: async_options={'timeout': ...}).")
+        self.terminate()
+        raise _fetcher_error(self._dead) from None
+
     def _next_message(self) -> Any:
         while True:
             try:
-                message = self._worker.receive()
+                message = self._worker.receive(self._timeout)
             except WorkerDied as died:
                 self._on_death(died)
+            except WorkerStalled as stalled:
+                self._on_stall(stalled)
             if message[1] == self._generation:
                 return message
             # Otherwise it belongs to an epoch abandoned by a reset.
@@ -232,7 +261,6 @@ class AsynchronousDataAccessor:
         if self._failure is not None or not (fresh or continuing):
             self._generation += 1
             self._send(P.RESET, self._generation)
-            self._held = None
             self._started = True
         self._position = 0
         self._exhausted = False
@@ -247,15 +275,14 @@ class AsynchronousDataAccessor:
         if self._exhausted:
             raise StopIteration
         self._start()
-        if self._held is not None:
-            self._send(P.RELEASE, self._generation, self._held)
-            self._held = None
         message = self._next_message()
         if message[0] == P.ITEM:
             _, _, slot, lengths = message
-            self._held = slot
+            element = self._layout.copy_out(self._slots[slot], lengths)
+            # The copy is the caller's: the slot can be refilled at once.
+            self._send(P.RELEASE, self._generation, slot)
             self._position += 1
-            return self._layout.rebuild(self._slots[slot], lengths)
+            return element
         if message[0] == P.END:
             self._send(P.RELEASE, self._generation, message[2])
             self._exhausted = True

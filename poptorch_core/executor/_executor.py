@@ -10,8 +10,9 @@ Everything the wrapper knows lives in one :class:`~._state.ExecutorState`;
 this class is the public facade over it.
 """
 import datetime
+import functools
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -41,6 +42,15 @@ _INFERENCE_ACCUMULATION_MSG = (
     "You must set poptorch.Options().Training.gradientAccumulation to 1 or "
     "leave it as its default value (1) when running a "
     "poptorch.inferenceModel().")
+
+
+def _serialised(method: Callable) -> Callable:
+    """Runs ``method`` under the wrapper's lock (see ``ExecutorState.lock``)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._state.lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 def _checked_options(options: Optional[Options]) -> Options:
@@ -143,6 +153,7 @@ class PoplarExecutor:
         return self._state.ir
 
     # --- Compilation --------------------------------------------------------
+    @_serialised
     def compile(self, *args, **kwargs) -> None:
         """Traces and compiles the model for these (full-batch) inputs,
         without running it."""
@@ -154,12 +165,31 @@ class PoplarExecutor:
 
     def _compile(self, bound: BoundArgs) -> None:
         state = self._state
+        if state.training:
+            self._rewrap_after_destroy()
         start = time.perf_counter()
         state.program = build_program(state, bound)
         state.compilation_time = datetime.timedelta(
             seconds=time.perf_counter() - start)
         if state.options.connection_type != ConnectionType.Never.value:
             self._attach()
+
+    def _rewrap_after_destroy(self) -> None:
+        """A destroyed training wrapper that compiles again instruments its
+        model again, so that the model keeps seeing the trained weights; if
+        another wrapper now owns the model, training here would update a
+        private copy nobody sees, so that is an error."""
+        state = self._state
+        sync = state.copy_weights_to_host_if_needed
+        if _host_sync.wrapped_for(state.user_model, sync):
+            return
+        if _host_sync.is_wrapped(state.user_model):
+            raise createPoptorchError(
+                "This trainingModel was destroyed and its model is now "
+                "wrapped by another poptorch.trainingModel: call that "
+                "wrapper instead (this one would train a copy of the weights "
+                "that the model never sees).")
+        _host_sync.wrap(state.user_model, sync=sync, destroy=self.destroy)
 
     def compileAndExport(self, filename: str, *args, export_model: bool = True,
                          **kwargs) -> None:
@@ -168,6 +198,7 @@ class PoplarExecutor:
         self.compile(*args, **kwargs)
         self.save(filename, export_model)
 
+    @_serialised
     def save(self, filename: str, export_model: bool = True,
              save_rng_state: bool = True) -> None:
         """Saves the compiled model to one self-describing file. With
@@ -176,6 +207,7 @@ class PoplarExecutor:
         _serialization.save_executor(self._state, filename, export_model,
                                      save_rng_state)
 
+    @_serialised
     def loadExecutable(self, filename: str) -> None:
         """Loads an executable saved by :meth:`save` for this model: the
         model is compiled for the inputs stored in the file."""
@@ -187,6 +219,7 @@ class PoplarExecutor:
             self.rng_state = data["rng_state"]
 
     # --- Running ------------------------------------------------------------
+    @_serialised
     def __call__(self, *args, **kwargs) -> Any:
         state = self._state
         assert state.options.connection_type != ConnectionType.Never.value, \
@@ -223,14 +256,17 @@ class PoplarExecutor:
             state.followed_weights_version = version
 
     # --- Weights ------------------------------------------------------------
+    @_serialised
     def copyWeightsToHost(self) -> None:
         """Copies the device weights and buffers to the host model."""
         self._state.copy_weights_to_host()
 
+    @_serialised
     def copyWeightsToDevice(self) -> None:
         """Copies the host model's weights and buffers to the device."""
         self._state.copy_weights_to_device()
 
+    @_serialised
     def copyNamedBuffersToDevice(self) -> None:
         """Copies only the buffers listed by
         ``Options.updatableNamedBuffers`` to the device."""
@@ -244,6 +280,7 @@ class PoplarExecutor:
                    if any(a in names for a in aliases)]
         program.state.copy_to_device(indices)
 
+    @_serialised
     def load_state_dict(self, state_dict: Dict[str, Any],
                         strict: bool = True):
         """Loads ``state_dict`` into the host model and, once attached, the
@@ -254,6 +291,7 @@ class PoplarExecutor:
         return result
 
     # --- Optimizer ----------------------------------------------------------
+    @_serialised
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Sets the optimizer (or updates its hyper-parameters on the
         device). Call it after changing the optimizer's attributes, e.g.
@@ -271,6 +309,7 @@ class PoplarExecutor:
             state.program.rng.set_state(state.cached_rng_state)
             state.cached_rng_state = None
 
+    @_serialised
     def attachToDevice(self) -> None:
         """Attaches to the device again after :meth:`detachFromDevice`
         (the host weights are copied to the device)."""
@@ -283,6 +322,7 @@ class PoplarExecutor:
         program.state.copy_to_device()
         self._attach()
 
+    @_serialised
     def detachFromDevice(self) -> None:
         """Detaches from the device; the weights and optimizer state are
         copied to the host first."""
@@ -303,6 +343,7 @@ class PoplarExecutor:
         """Whether the model has been compiled."""
         return self._state.compiled
 
+    @_serialised
     def destroy(self) -> None:
         """Drops the executable; a training wrapper also unwraps the user
         model so that it can be wrapped again."""

@@ -146,6 +146,11 @@ def is_wrapped(model: torch.nn.Module) -> bool:
     return type(model) in _wrapper_classes.values()
 
 
+def wrapped_for(model: torch.nn.Module, sync: Callable[[], bool]) -> bool:
+    """Whether ``model`` is wrapped with ``sync`` as its sync method."""
+    return is_wrapped(model) and _owner_method(model, 0) == sync
+
+
 def bump_weights_version(model: torch.nn.Module) -> None:
     """Records that ``model``'s host weights were copied from a device."""
     _weights_versions[model] = _weights_versions.get(model, 0) + 1

@@ -19,6 +19,7 @@ from typing import Any, Dict
 
 import torch
 
+from .._files import atomic_write
 from .._logging import logger
 from .._version import __version__
 from ..errors import createPoptorchError
@@ -66,7 +67,8 @@ def save_executor(state: ExecutorState, filename: str, export_model: bool,
     torch.save(data, buffer, pickle_protocol=4)
     payload = buffer.getvalue()
     path = _resolve_path(filename)
-    with open(path, "wb") as f:
+    # A failed overwrite (full disk, Ctrl-C) keeps the previous checkpoint.
+    with atomic_write(path, "wb") as f:
         f.write(MAGIC)
         f.write(_HEADER.pack(FORMAT_VERSION, len(payload)))
         f.write(payload)

@@ -14,6 +14,7 @@ Invariants:
   through :meth:`copy_weights_to_host` and ``Program.state``.
 """
 import datetime
+import threading
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -64,6 +65,11 @@ class ExecutorState:
         #: How implicit device-to-host copies are made (the facade points
         #: it at its ``copyWeightsToHost``).
         self.copy_to_host: Callable[[], None] = self.copy_weights_to_host
+        #: Serialises calls and weight copies: one wrapper used from several
+        #: threads runs one call at a time, and a thread that reads the host
+        #: weights waits for the call in flight instead of copying half an
+        #: optimizer step.
+        self.lock = threading.RLock()
 
     @property
     def compiled(self) -> bool:
@@ -96,11 +102,12 @@ class ExecutorState:
         :attr:`copy_to_host`, the facade's ``copyWeightsToHost`` (as in
         PopTorch, where a subclass or a patched method sees implicit
         copies too)."""
-        if not self.host_weights_stale:
-            return False
-        logger.debug("Implicit copyWeightsToHost()")
-        self.copy_to_host()
-        return True
+        with self.lock:
+            if not self.host_weights_stale:
+                return False
+            logger.debug("Implicit copyWeightsToHost()")
+            self.copy_to_host()
+            return True
 
     def copy_weights_to_device(self) -> None:
         """Host -> device copy of the weights and buffers (the optimizer

@@ -37,6 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _impl
+from .._files import atomic_write
 from ._binding import TensorByRef, TensorSpec, bind_arguments
 from ._dot import DOT_DIR_ENV, dot_check_enabled
 from ._graph import DeviceToHostStream, Graph, HostToDeviceStream
@@ -357,7 +358,7 @@ class Ir:
             stem = re.sub(r"[^A-Za-z0-9_.-]", "_",
                           f"ir{self._id}_{graph.name}_{check}")
             path = os.path.join(save_dir, stem + ".dot")
-            with open(path, "w", encoding="utf-8") as f:
+            with atomic_write(path, "w", encoding="utf-8") as f:
                 f.write(graph.to_dot())
             paths.append(path)
         return paths

@@ -43,6 +43,9 @@ _DEFAULT_SOURCE_LOCATION_EXCLUDES = [
 _POSITIVE_OPTIONS = ("replication_factor", "input_group_size",
                      "device_iterations", "output_return_period")
 _MAX_REPEAT_LOGS_UNLIMITED = 2**64 - 1
+#: The sub-namespaces, in the order ``repr`` shows them.
+_NAMESPACES = ("Distributed", "Jit", "Precision", "Simulator",
+               "TensorLocations", "Training", "_Popart")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -521,10 +524,8 @@ class Options(OptionsDict):
         return copy.deepcopy(self)
 
     def __repr__(self) -> str:
-        names = sorted(k for k, v in vars(Options).items()
-                       if isinstance(v, property))
         items = [f"{k}={v!r}" for k, v in self._values.items()]
-        items += [f"{k}={getattr(self, k)!r}" for k in names]
+        items += [f"{k}={getattr(self, k)!r}" for k in _NAMESPACES]
         return f"Options({', '.join(items)})"
 
 

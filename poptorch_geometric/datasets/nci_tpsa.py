@@ -10,11 +10,12 @@ Example::
 import os
 import os.path as osp
 import shutil
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
+from poptorch_core._files import atomic_write
 from poptorch_core._logging import logger
 
 __all__ = ["NCITPSA", "default_root"]
@@ -77,7 +78,17 @@ class NCITPSA(InMemoryDataset):
 
     def download(self) -> None:
         # "Download" is PyG's hook for missing raw files: copy, never fetch.
-        shutil.copy(_rdkit_csv(), osp.join(self.raw_dir, _RAW_NAME))
+        with open(_rdkit_csv(), "rb") as src, \
+                atomic_write(osp.join(self.raw_dir, _RAW_NAME)) as dst:
+            shutil.copyfileobj(src, dst)
+
+    @classmethod
+    def save(cls, data_list: Sequence[Data], path: str) -> None:
+        """PyG's ``InMemoryDataset.save``, written atomically: an
+        interrupted first run leaves no truncated cache behind."""
+        data, slices = cls.collate(data_list)
+        with atomic_write(path) as f:
+            torch.save((data.to_dict(), slices, data.__class__), f)
 
     def process(self) -> None:
         from rdkit import Chem, RDLogger

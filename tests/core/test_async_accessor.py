@@ -1,11 +1,13 @@
 """AsynchronousDataAccessor: transfers, epochs, re-batching, failures and
 clean shutdown. References are plain indexing of the dataset and plain
 torch DataLoaders."""
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -142,6 +144,18 @@ class WithInt(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return (torch.tensor([i]), i)
+
+
+class Wedged(torch.utils.data.Dataset):
+    """Element 2 never finishes loading (a deadlock in __getitem__)."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i == 2:
+            threading.Event().wait()
+        return torch.full((2,), float(i))
 
 
 class Empty(torch.utils.data.Dataset):
@@ -482,3 +496,62 @@ def test_keyboard_interrupt_stops_the_worker():
     _, stderr = process.communicate(timeout=120)
     assert "KeyboardInterrupt" in stderr
     assert not pid_exists(_worker_pid(stderr))
+
+
+def test_kept_elements_are_never_overwritten():
+    """The ring has 2 slots and the epoch 10 elements: every element the
+    caller keeps must still hold its own values at the end."""
+    dataset = Squares(10)
+    with AsynchronousDataAccessor(dataset, buffer_size=2) as accessor:
+        kept = list(accessor)
+    assert len(kept) == len(dataset)
+    for i, (x, y) in enumerate(kept):
+        expected_x, expected_y = dataset[i]
+        assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
+
+
+def test_async_loader_batches_equal_sync_ones_when_kept():
+    opts = poptorch.Options().deviceIterations(2)
+    sync = list(poptorch.DataLoader(opts, Squares(24), batch_size=3))
+    loader = poptorch.DataLoader(opts, Squares(24), batch_size=3,
+                                 mode=poptorch.DataLoaderMode.Async)
+    kept = list(loader)
+    loader.terminate()
+    assert len(kept) == len(sync)
+    for (x, y), (sx, sy) in zip(kept, sync):
+        assert torch.equal(x, sx) and torch.equal(y, sy)
+
+
+def test_wedged_worker_raises_naming_its_state():
+    # Generous: the worker's start and first elements must not count as a
+    # stall on a loaded machine.
+    accessor = AsynchronousDataAccessor(Wedged(), timeout=10.0)
+    iterator = iter(accessor)
+    pid = accessor._worker.pid  # pylint: disable=protected-access
+    assert [next(iterator)[0].item() for _ in range(2)] == [0.0, 1.0]
+    with pytest.raises(poptorch.Error, match=(
+            r"(?s)pid %d\) has sent nothing for 10 s; it is sleeping.*"
+            r"larger timeout" % pid)):
+        next(iterator)
+    assert eventually_gone(pid, timeout=30.0)
+
+
+def test_stopped_worker_raises_naming_its_state():
+    accessor = AsynchronousDataAccessor(Slow(), timeout=10.0)
+    iterator = iter(accessor)
+    next(iterator)
+    pid = accessor._worker.pid  # pylint: disable=protected-access
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(poptorch.Error, match="stopped .*SIGSTOP"):
+            for _ in iterator:
+                pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert eventually_gone(pid, timeout=30.0)
+
+
+def test_timeout_must_be_positive():
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        AsynchronousDataAccessor(Squares(), timeout=0)
