@@ -108,6 +108,10 @@ TORCH_EQUIVALENT = {
                          decoupled_weight_decay=True)),
     "adamw": (lambda p: P.AdamW(p, lr=0.01, weight_decay=0.1),
               lambda p: T.AdamW(p, lr=0.01, weight_decay=0.1)),
+    # maximize takes the per-parameter path (the others are packed).
+    "adamw_maximize": (
+        lambda p: P.AdamW(p, lr=0.01, weight_decay=1.0, maximize=True),
+        lambda p: T.AdamW(p, lr=0.01, weight_decay=1.0, maximize=True)),
     "rmsprop": (lambda p: P.RMSprop(p, lr=0.01),
                 lambda p: T.RMSprop(p, lr=0.01)),
     "rmsprop_centered_momentum": (
@@ -396,11 +400,14 @@ def test_rmsprop_tf_variant(momentum):
                               rtol=1e-3, atol=1e-4)
 
 
-def test_adamw_without_bias_correction():
+@pytest.mark.parametrize("maximize", [False, True])
+def test_adamw_without_bias_correction(maximize):
+    """On the packed path and (maximize) the per-parameter one."""
     lr, (b1, b2), eps, wd = 0.01, (0.9, 0.999), 1e-8, 0.1
     host, ref = _model(), _model()
     dev_model, dev_opt = _on_device(host, P.AdamW(
-        host.parameters(), lr=lr, weight_decay=wd, bias_correction=False))
+        host.parameters(), lr=lr, weight_decay=wd, bias_correction=False,
+        maximize=maximize))
     _train_device(dev_model, dev_opt, _batches())
     params = list(ref.parameters())
     m = [torch.zeros_like(p) for p in params]
@@ -409,6 +416,7 @@ def test_adamw_without_bias_correction():
         grads = torch.autograd.grad(_loss(ref, x, y), params)
         with torch.no_grad():
             for p, g, mi, vi in zip(params, grads, m, v):
+                g = -g if maximize else g
                 mi.copy_(b1 * mi + (1 - b1) * g)
                 vi.copy_(b2 * vi + (1 - b2) * g * g)
                 p.copy_(p * (1 - lr * wd) - lr * mi / (vi.sqrt() + eps))
