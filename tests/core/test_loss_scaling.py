@@ -15,7 +15,7 @@ import poptorch
 from ._eager import train_call
 from ._models import MLP
 
-FACTORS = [0.25, 8.0, 1024.0]
+FACTORS = [0.25, 2.0, 1024.0]
 
 OPTIMIZERS = {
     "SGD": (poptorch.optim.SGD, torch.optim.SGD,
