@@ -114,6 +114,9 @@ TORCH_EQUIVALENT = {
         lambda p: T.AdamW(p, lr=0.01, weight_decay=1.0, maximize=True)),
     "rmsprop": (lambda p: P.RMSprop(p, lr=0.01),
                 lambda p: T.RMSprop(p, lr=0.01)),
+    "rmsprop_weight_decay": (
+        lambda p: P.RMSprop(p, lr=0.01, weight_decay=1.0),
+        lambda p: T.RMSprop(p, lr=0.01, weight_decay=1.0)),
     "rmsprop_centered_momentum": (
         lambda p: P.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-6, momentum=0.5,
                             centered=True, weight_decay=0.01),
