@@ -159,6 +159,12 @@ def test_int64_input_that_does_not_fit_int32_is_an_error():
     model = poptorch.inferenceModel(torch.nn.Identity())
     with pytest.raises(poptorch.Error, match="does not fit torch.int32"):
         model(torch.tensor([2**40]))
+    # Once compiled, each call's inputs are checked too, by position.
+    model(torch.tensor([1]))
+    with pytest.raises(poptorch.Error, match=r"^Input 0 of dtype torch.int64 "
+                       r"holds the value 1099511627776, which does not fit "
+                       r"torch.int32 \(range \[-2147483648, 2147483647\]\)"):
+        model(torch.tensor([2**40]))
 
 
 def test_model_sees_demoted_dtypes():
