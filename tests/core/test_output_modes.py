@@ -167,6 +167,17 @@ def test_int64_input_that_does_not_fit_int32_is_an_error():
         model(torch.tensor([2**40]))
 
 
+def test_int64_output_that_does_not_fit_int32_is_an_error():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x * 1, (x * 3e9).to(torch.int64)
+
+    with pytest.raises(poptorch.Error, match=r"^Output 1 of dtype torch.int64 "
+                       r"holds the value 3000000000, which does not fit "
+                       r"torch.int32"):
+        poptorch.inferenceModel(Model())(torch.ones(2))
+
+
 def test_model_sees_demoted_dtypes():
     seen = {}
 
