@@ -1,7 +1,8 @@
 """Pieces shared by the drop-in examples (``cora_gcn.py``,
 ``graph_classification.py``): the common flags, the simulator options, a
 masked loss that keeps shapes static, a timed training loop, the
-side-by-side table and the JSON record.
+side-by-side table and the JSON record; and the simulated IPU's estimate
+(also used by ``train_molecules.py`` and the benchmark).
 
 Example::
 
@@ -26,9 +27,9 @@ import poptorch
 from poptorch_core._files import atomic_write
 
 __all__ = ["CPU_COLUMN", "IPU_COLUMN", "TrainingLog", "add_common_arguments",
-           "example_parser", "ipu_options", "loss_change", "masked_mean_loss",
-           "percent", "results_table", "side_by_side", "train_epochs",
-           "write_json"]
+           "device_estimate", "example_parser", "ipu_options", "loss_change",
+           "masked_mean_loss", "percent", "results_table", "side_by_side",
+           "train_epochs", "write_json"]
 
 #: Column titles of the two sides.
 IPU_COLUMN = "simulated IPU"
@@ -212,6 +213,30 @@ def results_table(title: str, summary: Dict[str, Any],
     rows = [(label, [fmt(side) for _, side in sides])
             for label, fmt in metrics]
     return side_by_side(title, rows, [column for column, _ in sides])
+
+
+def device_estimate(ipu_model: Any, samples_per_micro_batch: float,
+                    what: str = "graphs") -> Dict[str, Any]:
+    """The simulated IPU's estimate for a compiled model: a one-line
+    summary and the figures behind it (``simulationReport()``).
+
+    Args:
+        samples_per_micro_batch: what one micro-batch holds (e.g. the real
+            graphs of a packed batch), for the throughput.
+    """
+    report = ipu_model.simulationReport()
+    fullest = report.fullest()
+    rate = report.throughput(samples_per_micro_batch)
+    line = (f"{report.chip.name} x {report.ipus_per_replica}: "
+            f"{fullest.total / 1e6:.1f} of {fullest.capacity / 1e6:.1f} MB "
+            f"({fullest.utilisation:.2%}), step "
+            f"{report.step_seconds * 1e6:.1f} us, {rate:,.0f} {what}/s "
+            "(roofline)")
+    return {"chip": report.chip.name, "ipus": report.num_ipus,
+            "fits": report.fits, "peak_ipu_bytes": fullest.total,
+            "capacity_bytes": fullest.capacity,
+            "step_seconds": report.step_seconds,
+            f"estimated_{what}_per_second": rate, "summary": line}
 
 
 def write_json(path: Optional[str], summary: Dict[str, Any]) -> None:

@@ -7,9 +7,11 @@ Two figures, both ratios or fractions measured in one run:
   same batches of 128 consecutive molecules, given lists of graph objects
   and, as ``FixedSizeDataLoader`` gives them, lists that know their rows in
   the dataset's storage (read with one ``index_select`` per attribute);
-* slot efficiency: real nodes, edges and graphs over the slots of one epoch
-  of fixed-size batches at 128 graph slots per batch, for StreamPack with
-  ``FixedSizeOptions.for_packing`` budgets and for PadToMax with
+* slot efficiency: real nodes, edges and graphs over the slots of one
+  shuffled epoch of fixed-size batches at 128 graph slots per batch, for
+  StreamPack with ``FixedSizeOptions.for_packing`` budgets at several
+  lookahead windows (0 is PopTorch's greedy packing; each row also gives
+  the sampler's time per batch) and for PadToMax with
   ``FixedSizeOptions.from_dataset`` budgets.
 
 Usage::
@@ -96,26 +98,47 @@ def collation_throughput(dataset, repeats: int) -> Dict[str, float]:
     return result
 
 
+#: Lookahead windows of the StreamPack rows (0: PopTorch's greedy packing).
+WINDOWS = (0, 64, 256, 1024)
+
+
+def _sampler_seconds_per_batch(loader, repeats: int = 3) -> float:
+    """Median time the loader's packing sampler takes per batch (sizes are
+    read from the dataset once, before timing)."""
+    sampler = loader.batch_sampler
+    batches = len(list(sampler))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in sampler:
+            pass
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / batches
+
+
 def slot_efficiency(dataset) -> Dict[str, Dict[str, float]]:
-    """One epoch of StreamPack (packing budgets) and PadToMax (worst-case
-    budgets) at 128 graph slots per batch."""
-    setups = {
-        "stream_pack": (FixedSizeOptions.for_packing(dataset,
-                                                     GRAPHS_PER_BATCH),
-                        FixedSizeStrategy.StreamPack),
-        "pad_to_max": (FixedSizeOptions.from_dataset(dataset,
-                                                     GRAPHS_PER_BATCH),
-                       FixedSizeStrategy.PadToMax),
-    }
+    """One shuffled epoch (seeded, as training loads) of StreamPack at each
+    lookahead window of :data:`WINDOWS` (``FixedSizeOptions.for_packing``
+    budgets for that window) and of PadToMax (worst-case budgets), at 128
+    graph slots per batch; StreamPack rows also time the sampler."""
+    setups = {"pad_to_max": (FixedSizeOptions.from_dataset(
+        dataset, GRAPHS_PER_BATCH), FixedSizeStrategy.PadToMax)}
+    for window in WINDOWS:
+        name = "stream_pack" + (f"_w{window}" if window else "_greedy")
+        setups[name] = (FixedSizeOptions.for_packing(
+            dataset, GRAPHS_PER_BATCH, lookahead=window),
+            FixedSizeStrategy.StreamPack)
     out = {}
     for name, (opts, strategy) in setups.items():
-        loader = FixedSizeDataLoader(dataset, batch_size=GRAPHS_PER_BATCH,
-                                     fixed_size_options=opts,
-                                     fixed_size_strategy=strategy)
+        loader = FixedSizeDataLoader(
+            dataset, batch_size=GRAPHS_PER_BATCH, fixed_size_options=opts,
+            fixed_size_strategy=strategy, shuffle=True,
+            generator=torch.Generator().manual_seed(0))
         report = batching_efficiency(loader)
         out[name] = {
             "num_nodes": opts.num_nodes, "num_edges": opts.num_edges,
             "num_graphs": opts.num_graphs, "batches": report.num_batches,
+            "lookahead": opts.packing_lookahead,
             "node_efficiency": report.node_efficiency,
             "edge_efficiency": report.edge_efficiency,
             "graph_efficiency": report.graph_efficiency,
@@ -123,6 +146,9 @@ def slot_efficiency(dataset) -> Dict[str, Dict[str, float]]:
             "skipped_graphs": report.skipped_graphs,
             "trimmed_graphs": report.trimmed.graphs,
         }
+        if strategy == FixedSizeStrategy.StreamPack:
+            out[name]["sampler_s_per_batch"] = \
+                _sampler_seconds_per_batch(loader)
     return out
 
 
@@ -139,12 +165,15 @@ def _print_table(record: Dict) -> None:
                         ("tight_reference_path", "fixed-size, reference")]:
         print(f"{label:28}{c[name + '_graphs_per_s']:>12.0f}"
               f"{c[name + '_over_pyg']:>8.2f}")
-    print(f"\n{'slot efficiency':16}{'nodes':>8}{'edges':>8}{'graphs':>8}"
-          f"{'batches':>9}{'skipped':>9}  budgets (nodes/edges/graphs)")
+    print(f"\n{'slot efficiency':20}{'nodes':>8}{'edges':>8}{'graphs':>8}"
+          f"{'batches':>9}{'skipped':>9}{'sampler ms':>12}"
+          "  budgets (nodes/edges/graphs)")
     for name, r in record["efficiency"].items():
-        print(f"{name:16}{r['node_efficiency']:>8.1%}"
+        sampler = r.get("sampler_s_per_batch")
+        sampler = f"{sampler * 1e3:>12.3f}" if sampler else f"{'':>12}"
+        print(f"{name:20}{r['node_efficiency']:>8.1%}"
               f"{r['edge_efficiency']:>8.1%}{r['graph_efficiency']:>8.1%}"
-              f"{r['batches']:>9}{r['skipped_graphs']:>9}  "
+              f"{r['batches']:>9}{r['skipped_graphs']:>9}{sampler}  "
               f"{r['num_nodes']}/{r['num_edges']}/{r['num_graphs']}")
 
 

@@ -8,8 +8,11 @@ data (the embedded NCI TPSA molecules) and the same model
   PyG's ``Collater`` on the same 128-graph batches (padding included),
   given lists of graphs and, as ``FixedSizeDataLoader`` does, lists that
   read from the dataset's storage;
-* packing efficiency: real nodes/edges/graphs over slots for StreamPack
-  (``FixedSizeOptions.for_packing``) and PadToMax (worst-case budgets);
+* packing efficiency: real nodes/edges/graphs over slots of a shuffled
+  epoch for StreamPack (``FixedSizeOptions.for_packing``) at lookahead
+  windows 0 (PopTorch's greedy packing), 64, 256 and 1024, with the
+  sampler's time per batch against collation's, and for PadToMax
+  (worst-case budgets);
 * training throughput: graphs/s of ``poptorch.trainingModel`` fed by
   ``poptorch_geometric.FixedSizeDataLoader`` (StreamPack), with the
   ``interpret`` and ``compile`` backends, over a plain PyG eager loop with
@@ -19,7 +22,9 @@ data (the embedded NCI TPSA molecules) and the same model
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
-  measured epochs (fixed shapes: once).
+  measured epochs (fixed shapes: once);
+* the simulated IPU's estimate for the trained model (``simulationReport``):
+  memory of the fullest IPU and roofline graphs/s on a Mk2 IPU.
 
 Usage::
 
@@ -44,13 +49,14 @@ from poptorch_geometric.datasets import NCITPSA
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import write_json  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
+from _example_common import device_estimate  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 GRAPHS_PER_BATCH = 128
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 #: Keys of the JSON record that tests and dashboards rely on.
 RECORD_KEYS = ("config", "collation", "packing", "training", "overhead",
-               "compilations", "ratios")
+               "compilations", "ratios", "simulated_ipu")
 
 
 def _inputs(batch) -> List[torch.Tensor]:
@@ -72,8 +78,11 @@ class _Setup:
 
     def __init__(self, epoch: Callable[[], Tuple[int, int]],
                  compilations: Callable[[], int] = lambda: 0,
-                 close: Callable[[], None] = lambda: None):
+                 close: Callable[[], None] = lambda: None,
+                 estimate: Optional[Callable[[float], Dict]] = None):
         self.epoch, self.compilations, self.close = epoch, compilations, close
+        #: graphs per micro-batch -> the simulated IPU's estimate.
+        self.estimate = estimate
 
 
 def _pyg_eager(dataset, model: MoleculeGNN) -> _Setup:
@@ -120,7 +129,8 @@ def _executor(dataset, model: MoleculeGNN, sizes, backend: str,
             steps += device_iterations
         return graphs, steps
 
-    return _Setup(epoch, ipu_model.compilations, loader.terminate)
+    return _Setup(epoch, ipu_model.compilations, loader.terminate,
+                  lambda graphs: device_estimate(ipu_model, graphs))
 
 
 def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
@@ -146,6 +156,8 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
         results[name] = {"first_epoch_s": time.perf_counter() - start,
                          "compilations_first_epoch": setup.compilations(),
                          "epochs": []}
+    graphs_and_steps: Dict[str, List[Tuple[int, int]]] = {
+        name: [] for name in setups}
     for _ in range(args.epochs):
         for name, setup in setups.items():
             start = time.perf_counter()
@@ -153,6 +165,7 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
             results[name]["epochs"].append(
                 (graphs, time.perf_counter() - start))
             results[name]["steps_per_epoch"] = steps
+            graphs_and_steps[name].append((graphs, steps))
     pyg_rates = [g / t for g, t in results["pyg_eager"]["epochs"]]
     for name, setup in setups.items():
         result = results[name]
@@ -164,6 +177,9 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
             result["over_pyg_eager_per_round"])
         result["compilations_measured_epochs"] = \
             setup.compilations() - result["compilations_first_epoch"]
+        if setup.estimate is not None:
+            result["simulated_ipu"] = setup.estimate(
+                statistics.mean(g / s for g, s in graphs_and_steps[name]))
         setup.close()
     return results
 
@@ -244,9 +260,15 @@ def print_table(record: Dict[str, Any]) -> None:
     print(f"{'collation, fixed-size from storage (graphs/s)':52}"
           f"{c['tight_from_storage_graphs_per_s']:>12.0f}"
           f"{ratios['collation_from_storage_over_pyg']:>9.2f}")
+    collation_s = GRAPHS_PER_BATCH / c["tight_from_storage_graphs_per_s"]
     for name, r in record["packing"].items():
         print(f"{'packing ' + name + ' (node/edge slots used)':52}"
               f"{r['node_efficiency']:>11.1%} {r['edge_efficiency']:>8.1%}")
+        if r.get("sampler_s_per_batch"):
+            print(f"{'  sampler / collation from storage (ms per batch)':52}"
+                  f"{r['sampler_s_per_batch'] * 1e3:>5.3f}/"
+                  f"{collation_s * 1e3:<6.3f}"
+                  f"{r['sampler_s_per_batch'] / collation_s:>9.3f}")
     for name, r in record["training"].items():
         label = f"training {name} ({r['steps_per_epoch']} steps/epoch)"
         print(f"{label + ' (graphs/s)':52}"
@@ -257,6 +279,7 @@ def print_table(record: Dict[str, Any]) -> None:
           f"{o['interpret_over_eager']:>9.3f}")
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
+    print(f"simulated IPU: {record['simulated_ipu']['summary']}")
 
 
 def plot(record: Dict[str, Any], path: str) -> None:
@@ -339,6 +362,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         for key in ("compilations_first_epoch",
                     "compilations_measured_epochs")}
     record["ratios"] = _ratios(record)
+    record["simulated_ipu"] = next(
+        result["simulated_ipu"] for result in record["training"].values()
+        if "simulated_ipu" in result)
     return record
 
 

@@ -12,6 +12,12 @@ Usage::
     python examples/train_molecules.py                 # about a minute on 2 CPU cores
     python examples/train_molecules.py --quick         # a few seconds
     python examples/train_molecules.py --backend compile --device-iterations 4
+    torchrun --nproc_per_node 2 examples/train_molecules.py   # 2 processes
+
+Under ``torchrun`` (or PopRun) every process trains on its own share of the
+molecules with ``--replication`` replicas (so ``2 x --replication`` in all),
+gradients are summed across the processes at every step, and process 0
+prints the summary of the whole run.
 """
 import argparse
 import math
@@ -28,47 +34,101 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import write_json  # noqa: E402
+from _example_common import device_estimate, write_json  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
+#: What --quick changes, for the flags the command line leaves unset.
+_QUICK = {"epochs": 5, "limit": 1000}
+_DEFAULTS = {"epochs": 40, "limit": None}
+
+
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default; flags whose default depends on something
+    else (None) say so in their own help."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.
-                                     ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=128,
+                                     formatter_class=_HelpWithDefaults)
+    parser.add_argument("--epochs", type=_positive_int, default=None,
+                        help="default: 40, or 5 with --quick")
+    parser.add_argument("--batch-size", type=_positive_int, default=128,
                         help="graphs per batch on average, as PyG's "
                              "DataLoader(batch_size) takes them: the fixed "
                              "sizes come from "
                              "FixedSizeOptions.for_batch_size")
-    parser.add_argument("--device-iterations", type=int, default=1)
-    parser.add_argument("--gradient-accumulation", type=int, default=1)
-    parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument("--device-iterations", type=_positive_int,
+                        default=1, help="optimizer steps per call")
+    parser.add_argument("--gradient-accumulation", type=_positive_int,
+                        default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--replication", type=_positive_int, default=1,
+                        help="model replicas (simulated IPUs)")
     parser.add_argument("--backend", choices=("interpret", "compile"),
-                        default="interpret")
+                        default=None,
+                        help="default: $POPTORCH_SIM_BACKEND, or interpret")
     parser.add_argument("--host-device", choices=("cpu", "cuda"),
-                        default="cpu")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--val-fraction", type=float, default=0.1)
+                        default="cpu", help="where the simulated IPU runs")
+    parser.add_argument("--lr", type=_positive_float, default=3e-3,
+                        help="Adam learning rate (cosine schedule)")
+    parser.add_argument("--hidden", type=_positive_int, default=64,
+                        help="hidden channels")
+    parser.add_argument("--layers", type=_positive_int, default=3,
+                        help="message-passing layers")
+    parser.add_argument("--val-fraction", type=_fraction, default=0.1,
+                        help="share of the molecules held out")
     parser.add_argument("--data-root", default=None,
                         help="dataset cache (default: $POPTORCH_SIM_DATA_ROOT "
                              "or ./datasets)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="use only the first N molecules")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=_positive_int, default=None,
+                        help="use only the first N molecules (default: all, "
+                             "or 1,000 with --quick)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the split, the model and the device")
     parser.add_argument("--quick", action="store_true",
-                        help="5 epochs on 1,000 molecules: a smoke test")
+                        help="a smoke test: 5 epochs on 1,000 molecules, "
+                             "unless --epochs or --limit say otherwise")
     parser.add_argument("--json", default=None,
                         help="also write the summary to this JSON file")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.epochs, args.limit = 5, args.limit or 1000
+    # --quick fills in only what the command line left unset.
+    for name, default in (_QUICK if args.quick else _DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.backend is None:
+        args.backend = poptorch.Options().Simulator.execution_backend
     return args
 
 
@@ -82,16 +142,107 @@ def _options(args: argparse.Namespace, training: bool) -> poptorch.Options:
     return opts
 
 
-def _loader(dataset, sizes, options, shuffle: bool):
+def _loader(dataset, sizes, options, shuffle: bool, share: bool = True):
+    """Packed fixed-size batches; with several processes, each process
+    reads its own share unless ``share`` is False."""
     return pyg_ipu.FixedSizeDataLoader(
         dataset, batch_size=sizes.num_graphs, shuffle=shuffle,
         fixed_size_options=sizes,
         fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
-        exclude_keys=["smiles"], options=options)
+        exclude_keys=["smiles"], options=options,
+        auto_distributed_partitioning=share)
 
 
 def _inputs(batch) -> List[torch.Tensor]:
     return [batch[name] for name in _INPUTS]
+
+
+def _over_processes(values: List[float], op: str = "SUM") -> List[float]:
+    """Per-process numbers combined over the processes of a distributed
+    run (``torchrun``); unchanged in a single process."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return list(values)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
+    return tensor.tolist()
+
+
+def _train(args, train_model, train_loader, optimizer, schedule,
+           show: bool) -> Dict[str, Any]:
+    """Trains for ``args.epochs``; returns the loss history and graphs seen
+    (over all processes), the slowest process's seconds, and this
+    process's graphs and micro-batches."""
+    history, graphs_seen, batches_seen, train_time = [], 0, 0, 0.0
+    first_step = (0.0, 0)  # (seconds, graphs) of the step that compiles
+    num_graphs = train_loader.fixed_size_options.num_graphs
+    steps = _expected_steps(args, len(train_loader.dataset))
+    for epoch in range(args.epochs):
+        losses, start = [], time.perf_counter()
+        bar = tqdm(iter(train_loader), total=steps, leave=False,
+                   desc=f"epoch {epoch + 1}/{args.epochs}", disable=not show)
+        for batch in bar:
+            _, loss = train_model(*_inputs(batch))
+            losses.append(float(loss.mean()))
+            graphs = int(batch.graphs_mask.sum())
+            graphs_seen += graphs
+            batches_seen += len(batch.graphs_mask) // num_graphs
+            if not first_step[1]:
+                first_step = (time.perf_counter() - start, graphs)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        train_time += time.perf_counter() - start
+        steps = len(losses)
+        schedule.step()
+        train_model.setOptimizer(optimizer)  # the new LR reaches the device
+        total, count = _over_processes([sum(losses), len(losses)])
+        history.append(total / max(count, 1))
+        if show:
+            tqdm.write(f"epoch {epoch + 1}: train loss {history[-1]:.4f}")
+    # Throughput leaves out the first step, which compiles the model.
+    all_graphs, after_first = _over_processes(
+        [graphs_seen, graphs_seen - first_step[1]])
+    train_time, first_seconds = _over_processes(
+        [train_time - first_step[0], first_step[0]], "MAX")
+    return {"history": history, "graphs": all_graphs,
+            "graphs_after_first_step": after_first, "seconds": train_time,
+            "first_step_seconds": first_seconds,
+            "local_graphs": graphs_seen, "local_batches": batches_seen}
+
+
+def _expected_steps(args, num_molecules: int) -> int:
+    """Steps per epoch the budgets were made for (PyG's step count, over
+    the processes and per call): the progress bar's total, as a shuffled
+    epoch has no length before it is drawn."""
+    batches = math.ceil(num_molecules / args.batch_size)
+    processes = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    combined = (args.device_iterations * args.gradient_accumulation *
+                args.replication)
+    return max(1, math.ceil(batches / processes / combined))
+
+
+def _evaluate(eval_model, val_loader, mean: float) -> List[float]:
+    """Absolute error, error of predicting ``mean`` and molecules, summed
+    over the validation set."""
+    abs_error = baseline_error = count = 0.0
+    for batch in val_loader:
+        prediction = eval_model(*_inputs(batch)[:5])
+        mask = batch.graphs_mask.bool()
+        target = batch.y.view(-1)[mask]
+        abs_error += float((prediction[mask] - target).abs().sum())
+        baseline_error += float((target - mean).abs().sum())
+        count += int(mask.sum())
+    return [abs_error, baseline_error, count]
+
+
+def _slot_efficiency(loader) -> Dict[str, float]:
+    """Real nodes, edges and graphs over slots, over all processes."""
+    e = pyg_ipu.batching_efficiency(loader)
+    counts = _over_processes([e.real_nodes, e.node_slots, e.real_edges,
+                              e.edge_slots, e.real_graphs, e.graph_slots])
+    return {f"{kind}_slot_efficiency": real / max(slots, 1) for kind, real,
+            slots in zip(("node", "edge", "graph"), counts[::2],
+                         counts[1::2])}
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -110,7 +261,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         train_set, batch_size=args.batch_size)
 
     train_loader = _loader(train_set, sizes, _options(args, True), True)
-    val_loader = _loader(val_set, sizes, _options(args, False), False)
+    # Every process scores the whole (small) validation set.
+    val_loader = _loader(val_set, sizes, _options(args, False), False,
+                         share=False)
     model = MoleculeGNN(sizes.num_graphs, args.hidden, args.layers,
                         float(train_y.mean()), float(train_y.std()))
     optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr)
@@ -118,57 +271,51 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         optimizer, T_max=max(args.epochs, 1))
     train_model = poptorch.trainingModel(model, _options(args, True),
                                          optimizer)
-
-    history, graphs_seen, train_time = [], 0, 0.0
-    steps = None  # shuffled packing has no length before the first epoch
-    for epoch in range(args.epochs):
-        losses, start = [], time.perf_counter()
-        bar = tqdm(iter(train_loader), total=steps, leave=False,
-                   desc=f"epoch {epoch + 1}/{args.epochs}",
-                   disable=args.no_progress)
-        for batch in bar:
-            _, loss = train_model(*_inputs(batch))
-            losses.append(float(loss.mean()))
-            graphs_seen += int(batch.graphs_mask.sum())
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        train_time += time.perf_counter() - start
-        steps = len(losses)
-        schedule.step()
-        train_model.setOptimizer(optimizer)  # the new LR reaches the device
-        history.append(sum(losses) / max(len(losses), 1))
-        if not args.no_progress:
-            tqdm.write(f"epoch {epoch + 1}: train loss {history[-1]:.4f}")
+    processes = _options(args, True).Distributed
+    trained = _train(args, train_model, train_loader, optimizer, schedule,
+                     show=not args.no_progress and processes.processId == 0)
 
     model.eval()
     eval_model = poptorch.inferenceModel(model, _options(args, False))
-    abs_error = baseline_error = count = 0.0
-    mean = float(train_y.mean())
-    for batch in val_loader:
-        prediction = eval_model(*_inputs(batch)[:5])
-        mask = batch.graphs_mask.bool()
-        target = batch.y.view(-1)[mask]
-        abs_error += float((prediction[mask] - target).abs().sum())
-        baseline_error += float((target - mean).abs().sum())
-        count += int(mask.sum())
-    efficiency = pyg_ipu.batching_efficiency(train_loader)
+    abs_error, baseline_error, count = _evaluate(eval_model, val_loader,
+                                                 float(train_y.mean()))
+    history = trained["history"]
     return {
         "epochs": args.epochs,
+        "processes": processes.numProcesses,
         "train_molecules": len(train_set),
         "val_molecules": len(val_set),
         "final_train_loss": history[-1] if history else math.nan,
         "loss_history": history,
         "val_mae": abs_error / count,
         "val_mae_predicting_mean": baseline_error / count,
-        "train_graphs_per_second": graphs_seen / max(train_time, 1e-9),
-        "node_slot_efficiency": efficiency.node_efficiency,
-        "edge_slot_efficiency": efficiency.edge_efficiency,
-        "graph_slot_efficiency": efficiency.graph_efficiency,
+        "first_step_seconds": trained["first_step_seconds"],
+        "train_graphs_per_second": trained["graphs_after_first_step"] /
+                                   max(trained["seconds"], 1e-9),
+        # All processes together read each molecule at most once an epoch.
+        "train_graphs_per_epoch": trained["graphs"] / max(args.epochs, 1),
+        **_slot_efficiency(train_loader),
         "budgets": {"num_nodes": sizes.num_nodes, "num_edges": sizes.num_edges,
                     "num_graphs": sizes.num_graphs},
         "compilations": {"train": train_model.compilations(),
                          "inference": eval_model.compilations()},
         "backend": args.backend,
+        # Per process: the graphs its micro-batches held on average.
+        "simulated_ipu": device_estimate(
+            train_model, trained["local_graphs"] /
+            max(trained["local_batches"], 1)),
     }
+
+
+def _backend_line(summary: Dict[str, Any]) -> str:
+    if summary["backend"] == "interpret":
+        return ("interpret (runs the traced graph as it is: nothing to "
+                "compile; --backend compile or POPTORCH_SIM_BACKEND=compile "
+                "uses torch.compile)")
+    return (f"compile (torch.compile runs: train "
+            f"{summary['compilations']['train']}, inference "
+            f"{summary['compilations']['inference']}; 1 each means no "
+            "recompilation)")
 
 
 def print_summary(summary: Dict[str, Any]) -> None:
@@ -179,29 +326,37 @@ def print_summary(summary: Dict[str, Any]) -> None:
         "=== TPSA regression on the simulated IPU ===",
         f"molecules          {summary['train_molecules']} train / "
         f"{summary['val_molecules']} validation",
-        f"epochs             {summary['epochs']}",
+        f"epochs             {summary['epochs']}"
+        + (f" on {summary['processes']} processes"
+           if summary["processes"] > 1 else ""),
         f"train loss         {summary['loss_history'][0]:.4f} -> "
         f"{summary['final_train_loss']:.4f} (standardised MSE)",
         f"validation MAE     {summary['val_mae']:.2f} A^2 (predicting the mean:"
         f" {summary['val_mae_predicting_mean']:.2f}; "
         + (f"{gain:.0%} lower)" if gain > 0 else "no better yet)"),
         f"throughput         {summary['train_graphs_per_second']:.0f} "
-        "training graphs/s",
+        "training graphs/s (after the first step, which compiles: "
+        f"{summary['first_step_seconds']:.1f} s)",
         f"batch budgets      {budgets['num_graphs']} graphs, "
         f"{budgets['num_nodes']} nodes, {budgets['num_edges']} edges",
         f"slot efficiency    nodes {summary['node_slot_efficiency']:.1%}, "
         f"edges {summary['edge_slot_efficiency']:.1%}, graphs "
         f"{summary['graph_slot_efficiency']:.1%}",
-        f"backend            {summary['backend']} (compilations: train "
-        f"{summary['compilations']['train']}, inference "
-        f"{summary['compilations']['inference']})",
+        f"backend            {_backend_line(summary)}",
+        f"simulated IPU      {summary['simulated_ipu']['summary']}",
     ]
     print("\n".join(lines))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    summary = run(args)
+    try:
+        summary = run(args)
+    except KeyboardInterrupt:
+        print("\nInterrupted: no summary written.", file=sys.stderr)
+        return 130
+    if poptorch.Options().Distributed.processId != 0:
+        return 0  # process 0 reports for the whole run
     print_summary(summary)
     if args.json:
         write_json(args.json, summary)

@@ -32,9 +32,14 @@ from .tracing import *  # noqa: F401,F403
 from .ir import *  # noqa: F401,F403
 from .executor import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
+from . import distributed  # installs the executor's scale-out hook
 from . import enums, options, optim, profiling, testing
 from . import _native as poptorch_core
 from ._native import ipuHardwareVersion as _ipuHardwareVersion
+# For plugins (PopTorch Geometric): fixes shown when an IPU rule breaks
+# inside their code. Not a PopTorch name, hence the underscore.
+from .tracing._library_code import \
+    register_known_fixes as _registerKnownFixes
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:

@@ -5,6 +5,9 @@ and outputs. Any other type can take part once a parser for it is registered:
 
 Example::
 
+    >>> class Pair:
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
     >>> class PairParser(poptorch.ICustomArgParser):
     ...     def yieldTensors(self, pair):
     ...         yield pair.a
@@ -12,10 +15,18 @@ Example::
     ...     def reconstruct(self, original, tensor_iterator):
     ...         return Pair(next(tensor_iterator), next(tensor_iterator))
     >>> poptorch.registerCustomArgParser(Pair, PairParser())
+    >>> class AddPair(torch.nn.Module):
+    ...     def forward(self, pair):
+    ...         return pair.a + pair.b
+    >>> model = poptorch.inferenceModel(AddPair())
+    >>> model(Pair(torch.ones(2), torch.ones(2)))
+    tensor([2., 2.])
 """
 import abc
+import copy
 import importlib.metadata
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Type
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
+                    Type)
 
 import torch
 
@@ -101,18 +112,27 @@ def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
     return parser
 
 
-def flattenTensors(struct: Any) -> List[torch.Tensor]:
+#: Returns the attributes of an object that is not a container or a
+#: registered type and should be walked anyway (data loaders walk plain
+#: batch classes), else None.
+FieldsOf = Optional[Callable[[Any], Optional[Dict[str, Any]]]]
+
+
+def flattenTensors(struct: Any, fields_of: FieldsOf = None
+                   ) -> List[torch.Tensor]:
     """Every tensor leaf of ``struct`` in depth-first order.
 
     Tuples, lists, dicts (in key order) and types with a registered parser are
-    walked; other leaves are skipped.
+    walked, and objects ``fields_of`` returns attributes for; other leaves are
+    skipped.
     """
     out: List[torch.Tensor] = []
-    _flatten_into(struct, out)
+    _flatten_into(struct, out, fields_of)
     return out
 
 
-def _flatten_into(struct: Any, out: List[torch.Tensor]) -> None:
+def _flatten_into(struct: Any, out: List[torch.Tensor],
+                  fields_of: FieldsOf) -> None:
     if isinstance(struct, torch.Tensor):
         out.append(struct)
         return
@@ -121,34 +141,47 @@ def _flatten_into(struct: Any, out: List[torch.Tensor]) -> None:
         out.extend(parser.yieldTensors(struct))
     elif isinstance(struct, (tuple, list)):
         for item in struct:
-            _flatten_into(item, out)
+            _flatten_into(item, out, fields_of)
     elif isinstance(struct, dict):
         for item in struct.values():
-            _flatten_into(item, out)
+            _flatten_into(item, out, fields_of)
+    elif fields_of is not None:
+        for item in (fields_of(struct) or {}).values():
+            _flatten_into(item, out, fields_of)
 
 
-def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor]) -> Any:
+def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor],
+                     fields_of: FieldsOf = None) -> Any:
     """Inverse of :func:`flattenTensors`: ``struct`` with each tensor leaf
     replaced by the next tensor of ``tensors``. Non-tensor leaves are kept,
-    container types (namedtuple, OrderedDict subclasses) are preserved."""
+    container types (namedtuple, OrderedDict subclasses) are preserved, and
+    an object walked through ``fields_of`` is a shallow copy with its
+    attributes rebuilt."""
     if isinstance(struct, torch.Tensor):
         return next(tensors)
     parser = getCustomParser(struct)
     if parser is not None:
         return parser.reconstruct(struct, tensors)
     if isinstance(struct, tuple):
-        items = [rebuildStructure(item, tensors) for item in struct]
+        items = [rebuildStructure(item, tensors, fields_of) for item in struct]
         if hasattr(struct, "_fields"):  # namedtuple
             return type(struct)(*items)
         return type(struct)(items) if type(struct) is not tuple else tuple(items)
     if isinstance(struct, list):
-        items = [rebuildStructure(item, tensors) for item in struct]
+        items = [rebuildStructure(item, tensors, fields_of) for item in struct]
         return items if type(struct) is list else type(struct)(items)
     if isinstance(struct, dict):
-        rebuilt = {k: rebuildStructure(v, tensors) for k, v in struct.items()}
+        rebuilt = {k: rebuildStructure(v, tensors, fields_of)
+                   for k, v in struct.items()}
         if type(struct) is dict:
             return rebuilt
         out = type(struct)()
         out.update(rebuilt)
         return out
-    return struct
+    fields = fields_of(struct) if fields_of is not None else None
+    if fields is None:
+        return struct
+    out = copy.copy(struct)
+    for key, value in fields.items():
+        out.__dict__[key] = rebuildStructure(value, tensors, fields_of)
+    return out

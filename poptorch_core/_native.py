@@ -27,6 +27,8 @@ def propagateInputShapes(*args, **kwargs) -> None:
 
 
 class TestErrorType(enum.IntEnum):
+    """The kinds of error ``_throwTestError`` raises, as in PopTorch's C++
+    extension (for testing error handling)."""
     Poptorch = 0
     Popart = 1
     PopartInternal = 2

@@ -126,11 +126,20 @@ def _block_tracking() -> Iterator[_BlockTracker]:
         _tracker = previous
 
 
+def _block_id(user_id: Any) -> Optional[str]:
+    """The block id of ``user_id``. PopTorch accepts any value (numbers are
+    common: ``user_id=i`` in a loop); stages name blocks by string, so the
+    id is its ``str()``."""
+    if user_id is None or isinstance(user_id, str):
+        return user_id
+    if isinstance(user_id, (int, float)) and not isinstance(user_id, bool):
+        return str(user_id)
+    raise TypeError(f"Block user_id must be a string, a number or None (got "
+                    f"{type(user_id).__name__}): use a string")
+
+
 def _check_block_args(user_id: Any, ipu_id: Any) -> None:
-    # Stages name blocks by string, so an int id could never be matched.
-    if user_id is not None and not isinstance(user_id, str):
-        raise TypeError(f"Block user_id must be a string or None (got "
-                        f"{user_id!r}): use user_id=\"{user_id}\"")
+    _block_id(user_id)
     _check_ipu_id(ipu_id)
 
 
@@ -171,7 +180,7 @@ class Block(torch.nn.Module):
         """Starts a block that lasts until the next one starts."""
         _check_block_args(user_id, ipu_id)
         if _tracker is not None:
-            _tracker.start(user_id, ipu_id)
+            _tracker.start(_block_id(user_id), ipu_id)
 
     def __enter__(self) -> "Block":
         Block.start(self._user_id, self._ipu_id)
@@ -220,6 +229,8 @@ class LegacyBeginBlockFn(torch.nn.Module):
         self._ipu_id = ipu_id
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Starts the block, then returns the wrapped function's result for
+        the same arguments."""
         Block.start(self._user_id, self._ipu_id)
         return self._layer_to_call(*args, **kwargs)
 
@@ -239,7 +250,12 @@ def BeginBlock(layer: Any,
 
     Example::
 
-        >>> model.layer2 = poptorch.BeginBlock(model.layer2, ipu_id=1)
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4),
+        ...                             torch.nn.Linear(4, 2))
+        >>> model[1] = poptorch.BeginBlock(model[1], ipu_id=1)
+        >>> opts = poptorch.Options().deviceIterations(2)  # >= 2 stages
+        >>> poptorch.inferenceModel(model, opts)(torch.ones(4, 4)).shape
+        torch.Size([4, 2])
     """
     if isinstance(layer, torch.nn.Module):
         _check_block_args(user_id, ipu_id)
@@ -260,7 +276,11 @@ def removeBlocks(module: torch.nn.Module) -> None:
 
     Example::
 
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        >>> model[0] = poptorch.BeginBlock(model[0], ipu_id=1)
         >>> poptorch.removeBlocks(model)
+        >>> len(model[0]._forward_pre_hooks)
+        0
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"removeBlocks expects a torch.nn.Module (got "

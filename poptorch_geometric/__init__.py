@@ -19,6 +19,7 @@ Example::
 """
 import poptorch_core as poptorch
 
+from . import _known_fixes
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -26,6 +27,8 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
+from .metrics import count_real, num_real_graphs, num_real_nodes
+from .model_with_loss import ModelWithLoss, with_loss
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
 
@@ -53,7 +56,13 @@ __all__ = [
     "HeteroDataBatch",
     "StreamPackingSampler",
     "call_once",
+    "count_real",
+    "ModelWithLoss",
+    "num_real_graphs",
+    "num_real_nodes",
+    "with_loss",
     "registerCustomArgParsers",
 ]
 
 registerCustomArgParsers()
+_known_fixes.register()

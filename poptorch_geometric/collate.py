@@ -26,11 +26,13 @@ from torch_geometric.data.data import BaseData
 from poptorch_core._logging import logger
 
 from ._padding.budget import BatchRoom
-from ._padding.columns import Columns
+from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
 from ._padding.plan import Level, make_padding_graphs
 from ._padding.trim import TrimCounts, prune
+from ._padding.validate import (check_edge_index, check_hetero_edge_index,
+                                check_same_attributes)
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -129,6 +131,7 @@ class FixedSizeCollater(Collater):
         hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
+        self._check_graphs(data_list, columns, room, hetero)
         if not hetero:
             self._detect_labels_type(data_list, columns,
                                      room.nodes[None].counts)
@@ -159,12 +162,55 @@ class FixedSizeCollater(Collater):
                                  room.nodes[None].counts, self.follow_batch,
                                  self.exclude_keys)
         if batch is None:
+            if not hetero and not isinstance(columns, StorageColumns):
+                check_edge_index(data_list, room.nodes[None].counts)
             batch = Batch.from_data_list(
                 data_list + make_padding_graphs(plan),
                 follow_batch=self.follow_batch,
                 exclude_keys=self.exclude_keys)
         if self.add_masks_to_batch:
             self._add_masks(batch, room, num_graphs, hetero)
+        return batch
+
+    def padding_batch(self, template: BaseData) -> Batch:
+        """A batch of padding graphs only, with the shapes, keys and dtypes
+        of the batches of real graphs that look like ``template`` (one real
+        graph) and every mask False. It fills the missing mini-batches of a
+        final combined batch, so that no real graph is dropped or repeated.
+
+        Example::
+
+            >>> import torch
+            >>> from torch_geometric.data import Data
+            >>> from poptorch_geometric import FixedSizeOptions
+            >>> graph = Data(x=torch.ones(3, 4), y=torch.ones(1),
+            ...              edge_index=torch.tensor([[0, 1], [1, 2]]))
+            >>> collater = FixedSizeCollater(FixedSizeOptions(9, 11, 5),
+            ...                              add_masks_to_batch=True)
+            >>> pad = collater.padding_batch(graph)
+            >>> real = collater([graph])
+            >>> {k: v.shape for k, v in pad.items()} == {
+            ...     k: v.shape for k, v in real.items()}
+            True
+            >>> bool(pad.graphs_mask.any() or pad.nodes_mask.any())
+            False
+        """
+        hetero = self._check_input([template])
+        columns = None if hetero else Columns.of([template])
+        real = BatchRoom.measure([template], self.opts, columns)
+        specs = self._specs([template], columns, real, hetero)
+        empty = real.without_graphs()
+        plan = empty.plan(specs, self.opts.num_graphs, hetero)
+        # Padding graphs carry num_nodes; real ones (first in a normal
+        # batch, which decides the keys) usually do not.
+        exclude = list(self.exclude_keys or [])
+        if not hetero and "num_nodes" not in template.keys():
+            exclude.append("num_nodes")
+        batch = Batch.from_data_list(make_padding_graphs(plan),
+                                     follow_batch=self.follow_batch,
+                                     exclude_keys=exclude)
+        if self.add_masks_to_batch:
+            self._add_masks(batch, empty, 0, hetero)
         return batch
 
     def _check_input(self, data_list: List[BaseData]) -> bool:
@@ -184,6 +230,22 @@ class FixedSizeCollater(Collater):
             "All graphs of a batch must have the same type, got "
             f"{sorted(t.__name__ for t in types)}.")
         return hetero
+
+    def _check_graphs(self, data_list: List[BaseData],
+                      columns: Optional[Columns], room: BatchRoom,
+                      hetero: bool) -> None:
+        """Raises for graphs whose attributes differ and, for hetero
+        graphs, edges outside their graph (``_padding/validate``); the two
+        homogeneous paths check edges where they concatenate them, and
+        graphs read from a dataset's storage were checked once, with the
+        storage."""
+        if hetero:
+            check_hetero_edge_index(data_list)
+        elif not isinstance(columns, StorageColumns):
+            check_same_attributes(
+                columns.mappings if columns is not None else
+                [d._store._mapping for d in data_list],
+                self.exclude_keys or ())
 
     def _specs(self, data_list: List[BaseData], columns: Optional[Columns],
                room: BatchRoom, hetero: bool) -> Dict[Hashable, list]:
@@ -208,7 +270,7 @@ class FixedSizeCollater(Collater):
                             node_counts: List[int]) -> None:
         """Decides whether ``y`` is per graph or per node; a batch that
         cannot tell (every graph has one node) keeps the earlier answer."""
-        if "y" not in data_list[0]:
+        if "y" not in data_list[0] or "y" in (self.exclude_keys or ()):
             return
         if columns is not None:
             rows = columns.leading_sizes("y")
@@ -320,6 +382,10 @@ class CombinedBatchingCollater:
     Args:
         collater: collates one mini-batch (a list of samples).
         mini_batch_size: samples per mini-batch; default: the whole list.
+        num_mini_batches: mini-batches per combined batch. When given, a
+            shorter list (the last of an epoch) is not an error: its last
+            mini-batch holds fewer samples, and padding-only mini-batches
+            (:meth:`FixedSizeCollater.padding_batch`) make up the count.
 
     Example::
 
@@ -334,18 +400,41 @@ class CombinedBatchingCollater:
     """
 
     def __init__(self, collater: Callable[[List[Any]], Batch],
-                 mini_batch_size: Optional[int] = None) -> None:
+                 mini_batch_size: Optional[int] = None,
+                 num_mini_batches: Optional[int] = None) -> None:
         self.collater = collater
         self.mini_batch_size = mini_batch_size
+        self.num_mini_batches = num_mini_batches
         self.parser = PyGArgsParser()
 
     def __call__(self, batch_list: List[Any]) -> Batch:
         size = self.mini_batch_size or len(batch_list)
-        assert len(batch_list) % size == 0, (
-            f"Invalid batch size: {len(batch_list)} samples do not split "
-            f"into mini-batches of {size}.")
+        if self.num_mini_batches is None:
+            assert len(batch_list) % size == 0, (
+                f"Invalid batch size: {len(batch_list)} samples do not split "
+                f"into mini-batches of {size}.")
         batches = [self.collater(batch_list[i:i + size])
                    for i in range(0, len(batch_list), size)]
+        missing = (self.num_mini_batches or 0) - len(batches)
+        if missing > 0:
+            batches += self.padding_batches(batch_list[0], missing)
+        return self.concat(batches)
+
+    def padding_batches(self, template: Any, count: int) -> List[Batch]:
+        """``count`` mini-batches of padding graphs only, shaped like those
+        of ``template``'s kind (the collater must be a
+        :class:`FixedSizeCollater`)."""
+        make = getattr(self.collater, "padding_batch", None)
+        if make is None:
+            raise ValueError(
+                f"{type(self.collater).__name__} cannot make padding-only "
+                "mini-batches: only a FixedSizeCollater pads an incomplete "
+                "combined batch.")
+        return [make(template)] * count
+
+    def concat(self, batches: List[Batch]) -> Batch:
+        """Concatenates collated mini-batches tensor by tensor along dim 0,
+        keeping the first one's structure."""
         columns = zip(*(self.parser.yieldTensors(b) for b in batches))
         # One mini-batch (deviceIterations x replicas x accumulation = 1) is
         # its own concatenation: no copy.

@@ -19,11 +19,16 @@ Example::
     torch.Size([10])
 """
 import inspect
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
 
 import poptorch_core as poptorch
+from poptorch_core._logging import logger
 
 from . import pyg_dataloader
+from ._last_batch import LastBatch, mini_batches_per_step
+from ._partition import PartitionedBatchSampler
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
 
@@ -38,6 +43,21 @@ def _with_options(init: Any) -> inspect.Signature:
                                 default=None,
                                 annotation=Optional[poptorch.Options])
     return inspect.Signature(params[:-1] + [options, params[-1]])
+
+
+_TORCH_SIDE = inspect.signature(pyg_dataloader.FixedSizeDataLoader)
+
+
+def _splits_packed_batches(options: poptorch.Options, args: Tuple[Any, ...],
+                           kwargs: Dict[str, Any]) -> bool:
+    """Whether this process takes its share of the packed batches (stream
+    packing over several processes with auto_distributed_partitioning)
+    instead of poptorch.DataLoader splitting the dataset."""
+    strategy = _TORCH_SIDE.bind_partial(*args, **kwargs).arguments.get(
+        "fixed_size_strategy", FixedSizeStrategy.PadToMax)
+    return (strategy == FixedSizeStrategy.StreamPack and
+            options.Distributed.numProcesses > 1 and
+            kwargs.get("auto_distributed_partitioning", True))
 
 
 class DataLoader(pyg_dataloader.DataLoader, poptorch.DataLoader):
@@ -79,27 +99,137 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     """:class:`~poptorch_geometric.pyg_dataloader.FixedSizeDataLoader` for
     PopTorch models: each iteration holds ``deviceIterations x replication x
     gradientAccumulation`` fixed-size mini-batches of ``batch_size`` graph
-    slots each, concatenated. ``drop_last`` defaults to True.
+    slots each, concatenated.
+
+    ``drop_last`` defaults to True, as in PopTorch; the graphs it drops are
+    logged each epoch. With ``drop_last=False`` the last combined batch is
+    completed with padding-only mini-batches (every mask False), so every
+    graph is seen once per epoch and every batch keeps its shape. A data set
+    smaller than one combined batch gives one padded batch, not none.
 
     Arguments are those of the torch-side loader plus ``options`` (the
     model's ``poptorch.Options``, default: new ones).
+
+    In a run of several processes (``options.Distributed``), each process
+    gets its own share of the data, every process the same number of
+    steps: ``PadToMax`` splits the dataset as ``poptorch.DataLoader`` does;
+    ``StreamPack`` packs the whole dataset in every process and splits the
+    packed batches (see :mod:`poptorch_geometric._partition`). Shuffling
+    needs ``options.randomSeed()``, so that every process draws the same
+    order.
     """
 
     def __init__(self, *args: Any,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
-        super().__init__(*args, options=options or poptorch.Options(),
-                         **kwargs)
+        options = options or poptorch.Options()
+        call = inspect.signature(
+            pyg_dataloader.FixedSizeDataLoader.__init__).bind(
+                self, *args, **kwargs)
+        call.apply_defaults()
+        self._last_batch = LastBatch(kwargs.get("drop_last", True),
+                                     mini_batches_per_step(options))
+        if self._pads_to_max(call.arguments):
+            self._keep_small_split(call.arguments, kwargs)
+        # Read by _create_packing_sampler, which runs before the base init.
+        self._split_options = None
+        if _splits_packed_batches(options, args, kwargs):
+            self._split_options = options
+            self._split_drop_last = kwargs.get("drop_last", True)
+            kwargs["auto_distributed_partitioning"] = False
+        super().__init__(*args, options=options, **kwargs)
 
     __init__.__signature__ = _with_options(
         pyg_dataloader.FixedSizeDataLoader.__init__)
 
+    @staticmethod
+    def _pads_to_max(arguments: dict) -> bool:
+        return arguments["fixed_size_strategy"] == \
+            FixedSizeStrategy.PadToMax and \
+            "batch_sampler" not in arguments["kwargs"]
+
+    def _keep_small_split(self, arguments: dict, kwargs: dict) -> None:
+        dataset = arguments["dataset"]
+        if not hasattr(dataset, "__len__"):
+            return
+        per_step = (arguments["batch_size"] - 1) * \
+            self._last_batch.num_mini_batches
+        if self._last_batch.keeps_small_split(len(dataset), per_step):
+            logger.warning(
+                "The data set holds %d graph(s), fewer than one combined "
+                "batch (%d): the FixedSizeDataLoader yields them as one "
+                "padded batch instead of none (drop_last=True would drop "
+                "them all).", len(dataset), per_step)
+            kwargs["drop_last"] = False
+            self._last_batch.drop_last = False
+
     def _create_collater(self, **collater_args: Any) -> Any:
         # With a batch sampler (StreamPack or the user's) each sampled list
         # is one mini-batch and poptorch.DataLoader combines them in
-        # __iter__; otherwise torch hands over all mini-batches at once.
-        mini_batch_size = None if self.batch_sampler is not None \
-            else self.padded_batch_size - 1
+        # __iter__ (_combine_batches); otherwise torch hands over all
+        # mini-batches at once, the last combined batch possibly short.
+        # Torch replaces a None batch_sampler by its own in the base init:
+        # remember which way batches are combined.
+        self._combines_packs = self.batch_sampler is not None
+        if self._combines_packs:
+            mini_batch_size = num_mini_batches = None
+        else:
+            mini_batch_size = self.padded_batch_size - 1
+            num_mini_batches = self._last_batch.num_mini_batches
         return CombinedBatchingCollater(
             mini_batch_size=mini_batch_size,
+            num_mini_batches=num_mini_batches,
             collater=super()._create_collater(**collater_args))
+
+    def __len__(self) -> int:
+        length = super().__len__()
+        if length == 0 and self._combines_packs and \
+                self._last_batch.drop_last and len(self.batch_sampler) > 0:
+            return 1  # the epoch's only, incomplete group is kept
+        return length
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._combines_packs and self._last_batch.drop_last and \
+                hasattr(self.sampler, "__len__"):
+            self._last_batch.log_dropped(
+                len(self.sampler) % self.combinedBatchSize,
+                "the remainder of the data set")
+        return super().__iter__()
+
+    def _combine_batches(self, batches: Iterator[Any], num_batches: int,
+                         drop_last: bool) -> Iterator[Any]:
+        del num_batches, drop_last  # the policy holds both
+        template = self.dataset[0]
+        return self._last_batch.combine(
+            batches, self.collate_fn.concat,
+            lambda count: [self.collate_fn.concat([pad]) for pad in
+                           self.collate_fn.padding_batches(template, count)])
+
+    def _warn_partial_batch(self, num_samples: int) -> None:
+        # poptorch.DataLoader warns that the model will reject a short last
+        # batch; this loader completes it with padding-only mini-batches.
+        logger.info(
+            "%d graph(s) do not fill the last combined batch of %d: it is "
+            "completed with padding-only mini-batches.",
+            num_samples % self.combinedBatchSize, self.combinedBatchSize)
+
+    def _create_packing_sampler(self, dataset: Any, opts: Any, shuffle: bool,
+                                generator: Any, allow_skip_data: bool) -> Any:
+        options = self._split_options
+        if options is not None and shuffle and generator is None:
+            assert options.exists("random_seed"), (
+                "When using auto_distributed_partitioning you must set "
+                "poptorch.Options.randomSeed() to ensure that tensors are in "
+                "the same order in all processes.")
+            # Every process packs the same shuffled order, epoch after epoch.
+            generator = torch.Generator().manual_seed(options.random_seed)
+        sampler = super()._create_packing_sampler(
+            dataset, opts, shuffle, generator, allow_skip_data)
+        if options is None:
+            return sampler
+        return PartitionedBatchSampler(
+            sampler, options.Distributed.numProcesses,
+            options.Distributed.processId,
+            options.device_iterations * options.Training.gradient_accumulation
+            * (options.replication_factor // options.input_group_size),
+            self._split_drop_last)

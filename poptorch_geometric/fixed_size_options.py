@@ -15,6 +15,7 @@ from torch_geometric.data import HeteroData
 from torch_geometric.data.summary import Summary
 from torch_geometric.typing import EdgeType, NodeType
 
+from ._best_fit import DEFAULT_LOOKAHEAD
 from ._packing import batch_size_budget, packing_budget
 from ._padding.sizes import edge_count, node_count
 
@@ -94,6 +95,11 @@ class FixedSizeOptions:
             else pad_graph_defaults
         self.total_num_nodes_hetero: Optional[int] = None
         self.total_num_edges_hetero: Optional[int] = None
+        #: How many upcoming samples a StreamPack loader may top a batch up
+        #: from (see :class:`StreamPackingSampler`): 0, PopTorch's greedy
+        #: packing, unless these budgets were chosen for a lookahead by
+        #: :meth:`for_packing` or :meth:`for_batch_size`.
+        self.packing_lookahead = 0
 
     def is_hetero(self) -> bool:
         """True when both node and edge sizes are given per type."""
@@ -220,8 +226,9 @@ class FixedSizeOptions:
 
 
     @classmethod
-    def for_packing(cls, dataset: Any,
-                    graphs_per_batch: int) -> "FixedSizeOptions":
+    def for_packing(cls, dataset: Any, graphs_per_batch: int, *,
+                    shuffle: bool = True,
+                    lookahead: int = DEFAULT_LOOKAHEAD) -> "FixedSizeOptions":
         """Budgets for :attr:`FixedSizeStrategy.StreamPack` chosen from the
         dataset's size distribution rather than its worst case, so packed
         batches waste few node and edge slots.
@@ -232,11 +239,17 @@ class FixedSizeOptions:
         per other graph slot (nothing is ever skipped). For each candidate
         number of batches ``B``, from ``ceil(len(dataset) /
         (graphs_per_batch - 1))`` to twice that, the node budget is the
-        smallest with which greedy packing of the dataset in order (the
-        loader's rule, one slot of each kind kept for padding) needs ``B``
-        batches; the budgets with the best slot efficiency (the lower of
-        the node and edge figures) win. Shuffled orders pack about as well
-        but can need a batch more.
+        smallest with which packing (one slot of each kind kept for
+        padding) needs ``B`` batches; the budgets with the best slot
+        efficiency (the lower of the node and edge figures) win.
+
+        Packing tops batches up from the next ``lookahead`` samples (see
+        :class:`StreamPackingSampler`; 0 is PopTorch's greedy packing), and
+        the options remember it as :attr:`packing_lookahead`, which the
+        loaders use. The budgets are checked against a few seeded shuffles
+        of the dataset (``shuffle=True``, for a shuffling loader: about one
+        epoch in ten, in another random order, needs a batch more) or
+        against the dataset's own order (``shuffle=False``).
 
         Homogeneous datasets only.
 
@@ -249,14 +262,20 @@ class FixedSizeOptions:
             (32, True)
         """
         validate_num_graphs(graphs_per_batch)
-        num_nodes, num_edges = packing_budget(*_graph_sizes(dataset),
-                                              graphs_per_batch)
-        return cls(num_nodes=num_nodes, num_edges=num_edges,
+        _check_lookahead(lookahead)
+        num_nodes, num_edges = packing_budget(
+            *_graph_sizes(dataset), graphs_per_batch, lookahead=lookahead,
+            shuffle=shuffle)
+        opts = cls(num_nodes=num_nodes, num_edges=num_edges,
                    num_graphs=graphs_per_batch)
+        opts.packing_lookahead = lookahead
+        return opts
 
     @classmethod
-    def for_batch_size(cls, dataset: Any,
-                       batch_size: int) -> "FixedSizeOptions":
+    def for_batch_size(cls, dataset: Any, batch_size: int, *,
+                       shuffle: bool = True,
+                       lookahead: int = DEFAULT_LOOKAHEAD
+                       ) -> "FixedSizeOptions":
         """StreamPack budgets that match PyG's
         ``DataLoader(dataset, batch_size)`` step for step: packed batches
         hold ``batch_size`` graphs on average, so an epoch takes at most
@@ -269,7 +288,8 @@ class FixedSizeOptions:
         batch, so that the node and edge budgets, not the graph count, bind.
         Pass ``batch_size=opts.num_graphs`` to the loader. The rule:
         :meth:`for_packing`'s budgets for exactly that many batches, at the
-        graph-slot count with the best slot efficiency.
+        graph-slot count with the best slot efficiency; ``shuffle`` and
+        ``lookahead`` mean what they mean there.
 
         Homogeneous datasets only.
 
@@ -279,7 +299,9 @@ class FixedSizeOptions:
             ...                                 FixedSizeStrategy)
             >>> from poptorch_geometric.datasets import SyntheticMolecules
             >>> ds = SyntheticMolecules(500)
-            >>> opts = FixedSizeOptions.for_batch_size(ds, batch_size=32)
+            >>> # For epochs in dataset order (the loader does not shuffle).
+            >>> opts = FixedSizeOptions.for_batch_size(ds, batch_size=32,
+            ...                                        shuffle=False)
             >>> opts.num_graphs > 32
             True
             >>> loader = FixedSizeDataLoader(
@@ -292,10 +314,21 @@ class FixedSizeOptions:
                 not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size ({batch_size!r}) must be a "
                              "positive integer.")
+        _check_lookahead(lookahead)
         num_graphs, num_nodes, num_edges = batch_size_budget(
-            *_graph_sizes(dataset), batch_size)
-        return cls(num_nodes=num_nodes, num_edges=num_edges,
+            *_graph_sizes(dataset), batch_size, lookahead=lookahead,
+            shuffle=shuffle)
+        opts = cls(num_nodes=num_nodes, num_edges=num_edges,
                    num_graphs=num_graphs)
+        opts.packing_lookahead = lookahead
+        return opts
+
+
+def _check_lookahead(lookahead: Any) -> None:
+    if isinstance(lookahead, bool) or \
+            not isinstance(lookahead, numbers.Integral) or lookahead < 0:
+        raise ValueError(f"lookahead ({lookahead!r}) must be a non-negative "
+                         "integer (0: PopTorch's greedy packing).")
 
 
 def _graph_sizes(dataset: Any):

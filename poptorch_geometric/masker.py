@@ -47,12 +47,15 @@ class NoMasker(Masker):
     """Masks nothing: every method returns its input object itself."""
 
     def node_masker(self, entries: Entries, mask: Mask = None) -> Entries:
+        """Returns ``entries`` itself."""
         return entries
 
     def edge_masker(self, entries: Entries, mask: Mask = None) -> Entries:
+        """Returns ``entries`` itself."""
         return entries
 
     def graph_masker(self, entries: Entries, mask: Mask = None) -> Entries:
+        """Returns ``entries`` itself."""
         return entries
 
 
@@ -75,14 +78,20 @@ class LayerMasker(abc.ABC):
 
     @abc.abstractmethod
     def node_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` wrapped as ``wrapped(*args, mask=None)``, which passes
+        ``args`` through the masker's ``node_masker`` first."""
         return self._wrap(layer, self.masker.node_masker)
 
     @abc.abstractmethod
     def edge_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` wrapped as ``wrapped(*args, mask=None)``, which passes
+        ``args`` through the masker's ``edge_masker`` first."""
         return self._wrap(layer, self.masker.edge_masker)
 
     @abc.abstractmethod
     def graph_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` wrapped as ``wrapped(*args, mask=None)``, which passes
+        ``args`` through the masker's ``graph_masker`` first."""
         return self._wrap(layer, self.masker.graph_masker)
 
 
@@ -90,10 +99,16 @@ class PreLayerMasker(LayerMasker):
     """Masks a layer's inputs before calling it."""
 
     def node_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` with its inputs masked as node entries before each
+        call."""
         return super().node_masker(layer)
 
     def edge_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` with its inputs masked as edge entries before each
+        call."""
         return super().edge_masker(layer)
 
     def graph_masker(self, layer: Layer) -> DecoratedLayer:
+        """``layer`` with its inputs masked as graph entries before each
+        call."""
         return super().graph_masker(layer)

@@ -23,6 +23,8 @@ from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .stream_packing_sampler import StreamPackingSampler
 
+from poptorch_core._logging import logger
+
 __all__ = ["FixedSizeStrategy", "OverSizeStrategy", "DataLoader",
            "FixedSizeDataLoader"]
 
@@ -62,15 +64,23 @@ def _stream_packing_sampler(dataset: Any, opts: FixedSizeOptions,
                             shuffle: bool, generator: Any,
                             allow_skip_data: bool) -> StreamPackingSampler:
     """The batch sampler of ``FixedSizeStrategy.StreamPack``: one graph,
-    node and edge of each batch stay free for the padding graph."""
+    node and edge of each batch stay free for the padding graph, and
+    batches are topped up from the lookahead the budgets were chosen for
+    (greedy for a dataset whose transform may change sizes)."""
     # The loader's generator (if any) drives the shuffle, as it would
     # without packing.
     base = RandomSampler(dataset, generator=generator) if shuffle \
         else SequentialSampler(dataset)
+    lookahead = getattr(opts, "packing_lookahead", 0)
+    if lookahead and getattr(dataset, "transform", None) is not None:
+        logger.info("The dataset has a transform, which may change graph "
+                    "sizes between accesses: packing greedily (lookahead 0) "
+                    "instead of with lookahead %d.", lookahead)
+        lookahead = 0
     return StreamPackingSampler(
         dataset, opts.num_graphs - 1, max_num_nodes=opts.total_num_nodes - 1,
         max_num_edges=opts.total_num_edges - 1, base_sampler=base,
-        allow_skip_data=allow_skip_data)
+        allow_skip_data=allow_skip_data, lookahead=lookahead)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -173,7 +183,7 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
                     "batch_sampler.")
-            batch_sampler = _stream_packing_sampler(
+            batch_sampler = self._create_packing_sampler(
                 dataset, opts, shuffle, kwargs.get("generator"),
                 allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
         elif fixed_size_strategy != FixedSizeStrategy.PadToMax:
@@ -201,3 +211,12 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.fixed_size_collater
+
+    def _create_packing_sampler(self, dataset: Any, opts: FixedSizeOptions,
+                                shuffle: bool, generator: Any,
+                                allow_skip_data: bool) -> Any:
+        """The batch sampler of ``StreamPack`` (a hook, as
+        ``_create_collater`` is, for the PopTorch loader's per-process
+        share)."""
+        return _stream_packing_sampler(dataset, opts, shuffle, generator,
+                                       allow_skip_data)

@@ -1,4 +1,5 @@
-"""Greedy, order-preserving packing of graphs into fixed-size batches.
+"""Order-preserving packing of graphs into fixed-size batches: PopTorch's
+greedy rule, or greedy topped up from a bounded lookahead window.
 
 Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
 
@@ -9,6 +10,9 @@ Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
     >>> list(StreamPackingSampler(ds, max_num_graphs=3, max_num_nodes=9,
     ...                           max_num_edges=3))
     [[0, 1], [2, 3], [4, 5], [6]]
+    >>> list(StreamPackingSampler(ds, max_num_graphs=3, max_num_nodes=9,
+    ...                           max_num_edges=3, lookahead=6))
+    [[0, 1, 5], [2, 3, 6], [4]]
 """
 from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -17,6 +21,7 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
 from poptorch_core._logging import logger
 
+from ._best_fit import best_fit_batches
 from ._packing import batch_length
 
 __all__ = ["StreamPackingSampler"]
@@ -70,6 +75,16 @@ class StreamPackingSampler(Sampler[List[int]]):
     not fit, the current batch is yielded and a new one starts with it; the
     order of ``base_sampler`` is kept and nothing is looked ahead.
 
+    With ``lookahead > 0`` a batch that greedy packing would close is
+    topped up with the samples among the next ``lookahead`` that fill its
+    remaining node and edge room best (the padding-room rule still holds),
+    so fewer slots go to padding; each batch starts with the oldest sample
+    not yet packed, so a sample never moves ahead of one more than
+    ``lookahead`` places before it. ``FixedSizeOptions.for_packing`` and
+    ``for_batch_size`` choose budgets for a lookahead and the loaders pass
+    it on. Sizes must not change between accesses (no dataset
+    ``transform``).
+
     A sample that does not fit even an empty batch raises ``RuntimeError``,
     or with ``allow_skip_data=True`` is skipped: skipped indices are counted
     in :attr:`skipped_indices` (reset at the start of each epoch) and logged.
@@ -88,6 +103,8 @@ class StreamPackingSampler(Sampler[List[int]]):
         base_sampler: the order in which samples are taken (default:
             sequential).
         allow_skip_data: skip samples that can never fit instead of raising.
+        lookahead: how many upcoming samples may top up a batch (0, the
+            default, is PopTorch's greedy packing).
     """
 
     def __init__(self,
@@ -97,7 +114,8 @@ class StreamPackingSampler(Sampler[List[int]]):
                  max_num_edges: Optional[int] = None,
                  base_sampler: Optional[Union[Sampler[int],
                                               Iterable[int]]] = None,
-                 allow_skip_data: bool = False) -> None:
+                 allow_skip_data: bool = False,
+                 lookahead: int = 0) -> None:
         super().__init__()
         if base_sampler is not None and len(base_sampler) == 0:
             raise ValueError("The base sampler is empty: StreamPackingSampler"
@@ -120,12 +138,23 @@ class StreamPackingSampler(Sampler[List[int]]):
         self.base_sampler = (SequentialSampler(data_source)
                              if base_sampler is None else base_sampler)
         self.allow_skip_data = allow_skip_data
+        self.lookahead = lookahead
         #: Indices skipped (never fit) during the current or last epoch.
         self.skipped_indices: List[int] = []
         self._len: Optional[int] = None
         # Sizes are read once per sample and kept, unless the dataset has a
         # transform (which may change them on every access).
         self._cache_sizes = getattr(data_source, "transform", None) is None
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) \
+                or lookahead < 0:
+            raise ValueError(f"lookahead ({lookahead!r}) must be a "
+                             "non-negative integer (0: greedy packing).")
+        if lookahead and not self._cache_sizes:
+            raise ValueError(
+                "lookahead packing reads sizes ahead of loading, so they must "
+                "not change between accesses, and this dataset has a "
+                "transform: use lookahead=0, or apply the transform as a "
+                "pre_transform.")
         self._node_array: Optional[np.ndarray] = None
         self._edge_array: Optional[np.ndarray] = None
 
@@ -155,9 +184,30 @@ class StreamPackingSampler(Sampler[List[int]]):
                 skipped[:10], more)
 
     def _pack(self, skipped: List[int]) -> Iterator[List[int]]:
+        if self.lookahead:
+            return self._pack_best_fit(skipped)
         if self._cache_sizes:
             return self._pack_known_sizes(skipped)
         return self._pack_one_by_one(skipped)
+
+    def _pack_best_fit(self, skipped: List[int]) -> Iterator[List[int]]:
+        """Greedy topped up from the next ``lookahead`` samples
+        (``_best_fit``). Samples that fit no batch are rejected first."""
+        order = np.fromiter((int(i) for i in self.base_sampler),
+                            dtype=np.int64)
+        nodes, edges = self._window_sizes(order)
+        too_big = ((nodes - 1 > self.max_num_nodes - self.max_num_graphs) |
+                   (edges - 1 > self.max_num_edges - self.max_num_graphs))
+        for position in np.flatnonzero(too_big).tolist():
+            idx = int(order[position])
+            self._reject(idx, int(nodes[position]), int(edges[position]))
+            skipped.append(idx)
+        keep = ~too_big
+        order, nodes, edges = order[keep], nodes[keep], edges[keep]
+        for batch in best_fit_batches(nodes, edges, self.max_num_graphs,
+                                      self.max_num_nodes, self.max_num_edges,
+                                      self.lookahead):
+            yield order[batch].tolist()
 
     def _pack_known_sizes(self, skipped: List[int]) -> Iterator[List[int]]:
         """:meth:`_pack_one_by_one` for sizes that do not change: the

@@ -46,6 +46,12 @@ class PyGArgsParser(poptorch.ICustomArgParser):
 
     @functools.singledispatchmethod
     def yieldTensors(self, struct: Any) -> Iterator[torch.Tensor]:
+        """Yields the tensors of a ``Data`` or ``HeteroData`` (or a batch of
+        them) in the order above.
+
+        Raises:
+            ValueError: ``struct`` is of another type.
+        """
         raise ValueError(f"Unsupported data type: {type(struct)}")
 
     @yieldTensors.register
@@ -62,6 +68,13 @@ class PyGArgsParser(poptorch.ICustomArgParser):
 
     def reconstruct(self, original_structure: Any,
                     tensor_iterator: Iterator[torch.Tensor]) -> Any:
+        """An object like ``original_structure`` (``Data``, ``HeteroData``
+        or a batch of them) holding the next tensors of ``tensor_iterator``,
+        taken in :meth:`yieldTensors` order.
+
+        Raises:
+            ValueError: ``original_structure`` is of another type.
+        """
         if isinstance(original_structure, Data):
             kwargs = {key: next(tensor_iterator)
                       for key in self._sortedTensorKeys(original_structure)}

@@ -1,4 +1,5 @@
 """Shared fixtures: deterministic seeds and offline copies of the shared data."""
+import logging
 import os
 import pathlib
 import shutil
@@ -25,10 +26,35 @@ def _seed_everything():
 
 @pytest.fixture
 def cora_root(tmp_path):
-    """A Planetoid root holding a copy of the Cora raw files (no download)."""
-    raw = SHARED_DATA / "Cora" / "raw"
+    """A Planetoid root holding a copy of the Cora raw files (no download):
+    the repository's ``datasets/Cora/raw``, else the shared data folder."""
+    raw = REPO_ROOT / "datasets" / "Cora" / "raw"
+    if not raw.is_dir():
+        raw = SHARED_DATA / "Cora" / "raw"
     if not raw.is_dir():
         pytest.skip(f"Cora raw files not found at {raw} (set POPTORCH_SIM_SHARED_DATA)")
     dest = tmp_path / "Cora" / "raw"
     shutil.copytree(raw, dest)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def nci_data_root(tmp_path_factory) -> str:
+    """A data root with the NCITPSA cache, processed once per session."""
+    from poptorch_geometric.datasets import NCITPSA
+    root = tmp_path_factory.mktemp("nci")
+    NCITPSA(root=str(root))
+    return str(root)
+
+
+@pytest.fixture
+def log_records():
+    """What ``poptorch.logger`` logs during the test (it does not propagate
+    to the root logger, so ``caplog`` does not see it)."""
+    import poptorch
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    poptorch.logger.addHandler(handler)
+    yield records
+    poptorch.logger.removeHandler(handler)

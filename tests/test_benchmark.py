@@ -53,13 +53,31 @@ def test_ratios_are_finite_and_complete(record):
             and ratios[key] > 0, key
 
 
+def test_simulated_ipu_estimate_is_recorded(record):
+    _, data = record
+    estimate = data["simulated_ipu"]
+    assert estimate["chip"] == "Mk2 GC200" and estimate["fits"]
+    assert 0 < estimate["peak_ipu_bytes"] < estimate["capacity_bytes"]
+    assert estimate["step_seconds"] > 0
+    assert estimate["estimated_graphs_per_second"] > 0
+    assert estimate["summary"].startswith("Mk2 GC200 x 1: ")
+
+
 def test_packing_and_training_entries(record):
     _, data = record
-    for name in ("stream_pack", "pad_to_max"):
+    names = ["pad_to_max", "stream_pack_greedy"] + [
+        f"stream_pack_w{w}" for w in (64, 256, 1024)]
+    assert sorted(data["packing"]) == sorted(names)
+    for name in names:
         entry = data["packing"][name]
         for key in ("node_efficiency", "edge_efficiency", "graph_efficiency"):
             assert 0 < entry[key] <= 1
         assert entry["skipped_graphs"] == 0
+        assert entry["real_graphs"] == data["config"]["molecules"]
+        if name != "pad_to_max":
+            assert entry["sampler_s_per_batch"] > 0
+            assert entry["lookahead"] == (
+                0 if name.endswith("greedy") else int(name.split("_w")[1]))
     for name in ("pyg_eager", "interpret_sync", "interpret_async"):
         entry = data["training"][name]
         assert entry["graphs_per_s"] > 0

@@ -7,8 +7,10 @@ The examples are scripts, not a package: each is imported from its path.
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -35,12 +37,18 @@ _COMPILATIONS = {"train": int, "inference": int}
 _BUDGETS = {"num_nodes": int, "num_edges": int, "num_graphs": int}
 
 TRAIN_MOLECULES_SCHEMA = {
-    "epochs": int, "train_molecules": int, "val_molecules": int,
+    "epochs": int, "processes": int, "train_molecules": int,
+    "val_molecules": int, "train_graphs_per_epoch": Number,
     "final_train_loss": Number, "loss_history": [Number],
     "val_mae": Number, "val_mae_predicting_mean": Number,
-    "train_graphs_per_second": Number, "node_slot_efficiency": Number,
+    "train_graphs_per_second": Number, "first_step_seconds": Number,
+    "node_slot_efficiency": Number,
     "edge_slot_efficiency": Number, "graph_slot_efficiency": Number,
     "budgets": _BUDGETS, "compilations": _COMPILATIONS, "backend": str,
+    "simulated_ipu": {"chip": str, "ipus": int, "fits": bool,
+                      "peak_ipu_bytes": int, "capacity_bytes": int,
+                      "step_seconds": Number,
+                      "estimated_graphs_per_second": Number, "summary": str},
 }
 
 _CORA_SIDE = {
@@ -92,7 +100,9 @@ def check_schema(record: Any, schema: Any, where: str = "record") -> None:
         for i, item in enumerate(record):
             check_schema(item, schema[0], f"{where}[{i}]")
     else:
-        assert isinstance(record, schema) and not isinstance(record, bool), (
+        # A bool is an int to Python, but a number field must not hold one.
+        assert isinstance(record, schema) and (
+            schema is bool or not isinstance(record, bool)), (
             f"{where} = {record!r} is not {schema}")
         if isinstance(record, float):
             assert math.isfinite(record), f"{where} = {record} is not finite"
@@ -124,15 +134,6 @@ def _offline(monkeypatch):
     def refuse(*args, **kwargs):
         raise urllib.error.URLError("network access is disabled in the tests")
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
-
-
-@pytest.fixture(scope="session")
-def nci_data_root(tmp_path_factory) -> str:
-    """A data root with the NCITPSA cache, processed once per session."""
-    from poptorch_geometric.datasets import NCITPSA
-    root = tmp_path_factory.mktemp("nci")
-    NCITPSA(root=str(root))
-    return str(root)
 
 
 def _assert_learns(side: Dict[str, Any], epochs: int) -> None:
@@ -180,7 +181,82 @@ def test_train_molecules_quick_learns_and_writes_its_record(
     for key in ("node", "edge", "graph"):
         assert 0 < record[f"{key}_slot_efficiency"] <= 1
     assert record["backend"] == "interpret"
-    assert "TPSA regression on the simulated IPU" in capsys.readouterr().out
+    assert record["processes"] == 1
+    # Packing drops nothing in one process: every molecule, every epoch.
+    assert record["train_graphs_per_epoch"] == record["train_molecules"]
+    out = capsys.readouterr().out
+    assert "TPSA regression on the simulated IPU" in out
+    assert "simulated IPU      Mk2 GC200 x 1: " in out
+    assert record["simulated_ipu"]["fits"]
+
+
+def test_train_molecules_flags(monkeypatch, capsys):
+    example = _load_example("train_molecules")
+    # Edge values are refused with the flag's name, not run.
+    for argv in (["--epochs", "0"], ["--batch-size", "-3"],
+                 ["--val-fraction", "1"], ["--lr", "nan"]):
+        with pytest.raises(SystemExit):
+            example.parse_args(argv)
+        assert f"argument {argv[0]}" in capsys.readouterr().err
+    # --quick fills in only what the command line leaves unset.
+    args = example.parse_args(["--quick", "--epochs", "7"])
+    assert (args.epochs, args.limit) == (7, 1000)
+    args = example.parse_args(["--quick", "--limit", "300"])
+    assert (args.epochs, args.limit) == (5, 300)
+    assert example.parse_args([]).epochs == 40
+    # The backend follows POPTORCH_SIM_BACKEND unless the flag is given.
+    monkeypatch.setenv("POPTORCH_SIM_BACKEND", "compile")
+    assert example.parse_args([]).backend == "compile"
+    assert example.parse_args(["--backend", "interpret"]).backend == \
+        "interpret"
+    # Every flag's default is in --help.
+    with pytest.raises(SystemExit):
+        example.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("128", "1", "cpu", "0.003", "64", "3", "0.1", "0"):
+        assert f"(default: {default})" in text
+    assert "default: 40, or 5 with --quick" in text
+    assert "default: $POPTORCH_SIM_BACKEND, or interpret" in text
+
+
+def test_train_molecules_ctrl_c_ends_with_one_line(monkeypatch, capsys):
+    example = _load_example("train_molecules")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(example, "run", interrupted)
+    assert example.main(["--quick"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "Interrupted: no summary written."
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_train_molecules_under_torchrun_shares_the_data(tmp_path,
+                                                        nci_data_root):
+    """``torchrun --nproc_per_node 2``: the two processes read disjoint
+    shares (together each molecule at most once an epoch, not twice),
+    learn, and only process 0 reports."""
+    json_path = tmp_path / "summary.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", str(EXAMPLES / "train_molecules.py"),
+               "--epochs", "3", "--limit", "600", "--batch-size", "32",
+               "--data-root", nci_data_root, "--no-progress",
+               "--json", str(json_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(command, capture_output=True, text=True, env=env,
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(json_path, encoding="utf-8") as f:
+        record = json.load(f)
+    check_schema(record, TRAIN_MOLECULES_SCHEMA)
+    assert record["processes"] == 2
+    _assert_learns(record, 3)
+    per_epoch = record["train_graphs_per_epoch"]
+    # Each process takes the same number of packed batches: at most one
+    # batch (32 molecules on average) is left out an epoch.
+    assert record["train_molecules"] - 64 <= per_epoch <= \
+        record["train_molecules"]
+    assert run.stdout.count("TPSA regression on the simulated IPU") == 1
 
 
 # --- cora_gcn.py ----------------------------------------------------------

@@ -7,11 +7,13 @@ worker process ahead of use.
 
 Example::
 
+    >>> dataset = torch.utils.data.TensorDataset(torch.randn(64, 3),
+    ...                                          torch.randint(0, 2, (64,)))
     >>> opts = poptorch.Options().deviceIterations(4)
     >>> loader = poptorch.DataLoader(opts, dataset, batch_size=8,
     ...                              mode=poptorch.DataLoaderMode.Async)
-    >>> for x, y in loader:     # x.shape[0] == 32
-    ...     ipu_model(x, y)
+    >>> [x.shape[0] for x, y in loader]     # 8 samples x 4 iterations
+    [32, 32]
 """
 from .accessor import AsynchronousDataAccessor
 from .loader import DataLoader

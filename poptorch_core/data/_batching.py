@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, List
 
 import torch
 
-from .._args_parser import flattenTensors, rebuildStructure
+from ._structure import flatten, rebuild
 
 __all__ = ["num_batches_to_combine", "combined_batch_generator",
            "count_batches", "samples_per_epoch"]
@@ -37,7 +37,7 @@ def count_batches(samples: int, batch_size: int, drop_last: bool) -> int:
 def _combine(batches: List[Any]) -> Any:
     if len(batches) == 1:
         return batches[0]
-    flat = [flattenTensors(batch) for batch in batches]
+    flat = [flatten(batch) for batch in batches]
     if len({len(tensors) for tensors in flat}) != 1:
         raise ValueError(
             "Cannot combine the batches of the batch_sampler: they hold "
@@ -51,14 +51,15 @@ def _combine(batches: List[Any]) -> Any:
                 f"Cannot concatenate tensor {position} of the batches of the "
                 f"batch_sampler along dim 0 (shapes "
                 f"{[tuple(t.shape) for t in tensors]}): {error}") from error
-    return rebuildStructure(batches[0], iter(combined))
+    return rebuild(batches[0], iter(combined))
 
 
 def combined_batch_generator(batches: Iterable[Any], num_batches: int,
                              drop_last: bool) -> Iterator[Any]:
     """Concatenates each group of ``num_batches`` consecutive batches
     along dim 0 (tensor ``i`` with tensor ``i``), rebuilding the structure of
-    the group's first batch (custom types through their registered parser).
+    the group's first batch (custom types through their registered parser,
+    other objects through their tensor attributes).
     A final incomplete group is dropped if ``drop_last``, else combined."""
     group: List[Any] = []
     for batch in batches:

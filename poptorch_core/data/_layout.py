@@ -20,7 +20,8 @@ from typing import Any, Hashable, List, Optional, Sequence
 
 import torch
 
-from .._args_parser import flattenTensors, getCustomParser, rebuildStructure
+from .._args_parser import getCustomParser
+from ._structure import flatten, object_fields, rebuild
 
 __all__ = ["ElementLayout", "LayoutError"]
 
@@ -48,6 +49,12 @@ def _signature(struct: Any, path: str) -> Hashable:
         return (type(struct), tuple(
             (key, _signature(value, f"{path}[{key!r}]"))
             for key, value in struct.items()))
+    fields = object_fields(struct)
+    if fields is not None:
+        return ("object", type(struct).__module__, type(struct).__qualname__,
+                tuple((key, _signature(value, f"{path}.{key}"))
+                      for key, value in fields.items()
+                      if flatten(value)))
     raise LayoutError(
         f"holds a value of type {type(struct).__name__} at {path or 'the top level'}: "
         "an AsynchronousDataAccessor only transfers tensors (a tensor, a tuple "
@@ -69,7 +76,7 @@ class ElementLayout:
             self._signature = _signature(first, "")
         except LayoutError as error:
             raise LayoutError(f"The first element {error}") from None
-        tensors = flattenTensors(first)
+        tensors = flatten(first)
         if not tensors:
             raise LayoutError("The first element holds no tensors: there is "
                               "nothing to transfer.")
@@ -115,7 +122,7 @@ class ElementLayout:
                 "first element (different container types, keys or "
                 "lengths): the AsynchronousDataAccessor needs every element "
                 "to have the same structure.")
-        tensors = flattenTensors(element)
+        tensors = flatten(element)
         if len(tensors) != len(self._shapes):
             raise LayoutError(
                 f"The element at {where} has {len(tensors)} tensors but the "
@@ -161,4 +168,4 @@ class ElementLayout:
         data (the slot may be overwritten afterwards)."""
         copies = (t.clone() if t.dim() == 0 else t[:n].clone()
                   for t, n in zip(slot, lengths))
-        return rebuildStructure(self.template, copies)
+        return rebuild(self.template, copies)

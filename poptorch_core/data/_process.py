@@ -113,8 +113,14 @@ class WorkerProcess:
 
     Example::
 
-        >>> worker = WorkerProcess(dataset, config, SharingStrategy.Fork)
+        >>> config = P.WorkerConfig(buffer_size=2, load_indefinitely=False,
+        ...                         early_preload=True, rebatched_size=None,
+        ...                         drop_last=False)
+        >>> worker = WorkerProcess([torch.zeros(3)], config,
+        ...                        SharingStrategy.Fork)
         >>> message = worker.receive()     # (BUFFERS, template, slots)
+        >>> message[0] == P.BUFFERS
+        True
         >>> worker.stop()
     """
 

@@ -59,6 +59,8 @@ class FailureDetails:
     pid: int
 
     def describe(self) -> str:
+        """The message for the user: what failed, while loading what, and
+        the worker's traceback."""
         return (f"{self.summary} (while loading {self.where}).\n"
                 f"Original traceback in the worker process (pid {self.pid}):"
                 f"\n{self.traceback}")

@@ -99,10 +99,12 @@ class AsynchronousDataAccessor:
 
     Example::
 
+        >>> dataset = torch.utils.data.TensorDataset(torch.randn(40, 3),
+        ...                                          torch.randn(40))
         >>> loader = torch.utils.data.DataLoader(dataset, batch_size=16)
         >>> with poptorch.AsynchronousDataAccessor(loader) as accessor:
-        ...     for x, y in accessor:
-        ...         model(x, y)
+        ...     print([x.shape[0] for x, y in accessor])
+        [16, 16, 8]
 
     Raises:
         poptorch.Error: the worker could not start, the dataset is empty, or

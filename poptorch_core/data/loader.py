@@ -56,20 +56,30 @@ class DataLoader(torch.utils.data.DataLoader):
             through an :class:`AsynchronousDataAccessor`; ``AsyncRebatched``
             likewise, with torch batches of ``rebatched_worker_size`` joined
             into combined batches (an iterable dataset split over several
-            workers then loses at most one partial batch in all).
+            workers then loses at most one partial batch in all). With a
+            ``batch_sampler``, both asynchronous modes transfer the combined
+            batches the sampler's batches make.
         async_options: keyword arguments of the AsynchronousDataAccessor.
         rebatched_worker_size: torch batch size with ``AsyncRebatched``
             (default: the combined batch size).
-        batch_sampler: yields the indices of each micro-batch;
-            ``D x (R / g) x G`` consecutive batches are concatenated.
+        batch_sampler: yields the indices of each micro-batch (the batches
+            may differ in size); ``D x (R / g) x G`` consecutive batches are
+            concatenated along dim 0, the last incomplete group following
+            ``drop_last``. ``collate_fn`` may return tensors, containers of
+            them, types registered with ``registerCustomArgParser`` or plain
+            objects holding tensors (their other attributes are taken from
+            the group's first batch).
         **kwargs: passed to ``torch.utils.data.DataLoader``.
 
     Example::
 
         >>> opts = poptorch.Options().deviceIterations(2).replicationFactor(2)
+        >>> dataset = torch.utils.data.TensorDataset(torch.randn(30, 5))
         >>> loader = poptorch.DataLoader(opts, dataset, batch_size=3)
         >>> loader.combinedBatchSize
         12
+        >>> len(loader)    # 30 samples, the last 6 do not fill a batch
+        2
     """
 
     def __init__(self,
@@ -128,7 +138,7 @@ class DataLoader(torch.utils.data.DataLoader):
                          persistent_workers=persistent_workers,
                          batch_sampler=batch_sampler,
                          **kwargs)
-        if mode != DataLoaderMode.Sync:
+        if not self._warn_if_empty() and mode != DataLoaderMode.Sync:
             self._start_accessor(async_options)
 
     # -- construction helpers -------------------------------------------
@@ -180,12 +190,12 @@ class DataLoader(torch.utils.data.DataLoader):
         whether the accessor re-batches (``self._rebatched``)."""
         cbs = self._combined_batch_size
         if mode == DataLoaderMode.AsyncRebatched:
-            if batch_sampler is not None:
+            if batch_sampler is not None and \
+                    rebatched_worker_size is not None:
                 raise ValueError(
-                    "mode=DataLoaderMode.AsyncRebatched re-batches torch "
-                    "batches of rebatched_worker_size samples, but a "
-                    "batch_sampler decides the batches: use "
-                    "mode=DataLoaderMode.Async.")
+                    "rebatched_worker_size cannot be used with a "
+                    "batch_sampler: the batch_sampler decides the batches. "
+                    "Leave rebatched_worker_size unset.")
             if rebatched_worker_size is not None and cbs is not None:
                 assert rebatched_worker_size <= cbs, (
                     f"The rebatched_worker_size ({rebatched_worker_size}) "
@@ -196,6 +206,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 "mode=poptorch.DataLoaderMode.AsyncRebatched.")
         # Async with a short final batch re-batches too, so that partial
         # torch batches are joined exactly as AsyncRebatched joins them.
+        # With a batch_sampler the loader itself joins the sampler's
+        # batches (``combined_batch_generator``), so every mode transfers
+        # whole combined batches and nothing is re-batched.
         self._rebatched = (cbs or 0) > 1 and batch_sampler is None and (
             mode == DataLoaderMode.AsyncRebatched or
             (mode == DataLoaderMode.Async and not self._drop_last))
@@ -220,6 +233,38 @@ class DataLoader(torch.utils.data.DataLoader):
             async_options["rebatched_size"] = self._combined_batch_size
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
+
+    def _warn_if_empty(self) -> bool:
+        """Warns (and remembers, for ``__iter__`` to raise) when an epoch
+        has no batch; returns whether it has none."""
+        self._empty_message = self._yields_nothing()
+        if self._empty_message is not None:
+            logger.warning(self._empty_message)
+        return self._empty_message is not None
+
+    def _yields_nothing(self) -> Optional[str]:
+        """Why an epoch of this loader has no batch, or None if it has
+        one (or its length is unknown)."""
+        try:
+            if self._combined_batch_size is None or len(self) > 0:
+                return None
+        except (TypeError, NotImplementedError):
+            return None  # an iterable or a sampler of unknown length
+        opts = self._options
+        what = (f"its batch_sampler gives {len(self.batch_sampler)} "
+                "batch(es)" if self._combine_sampler_batches else
+                f"it reads {len(self.sampler)} sample(s)")
+        return (
+            f"This DataLoader yields no batch: {what}, and one step takes "
+            f"{self._combined_batch_size} sample(s) (batch_size "
+            f"{self._combined_batch_size // self._num_batches_to_combine} x "
+            f"deviceIterations {opts.device_iterations} x replicationFactor "
+            f"{opts.replication_factor} / input group size "
+            f"{opts.input_group_size} x gradientAccumulation "
+            f"{opts.Training.gradient_accumulation}); drop_last=True drops "
+            "the incomplete step. Use a smaller batch_size or fewer device "
+            "iterations, or pass drop_last=False to keep a short last "
+            "batch.")
 
     def _warn_partial_batch(self, num_samples: int) -> None:
         logger.warning(
@@ -259,13 +304,23 @@ class DataLoader(torch.utils.data.DataLoader):
         return super().__len__()
 
     def __iter__(self) -> Iterator[Any]:
+        if self._empty_message is not None:
+            raise createPoptorchError(self._empty_message)
         if self._accessor is not None:
             return iter(self._accessor)
         batches = super().__iter__()
         if self._combine_sampler_batches:
-            return combined_batch_generator(
+            return self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
         return batches
+
+    def _combine_batches(self, batches: Iterator[Any], num_batches: int,
+                         drop_last: bool) -> Iterator[Any]:
+        """Joins each group of ``num_batches`` consecutive batches of the
+        ``batch_sampler`` into one combined batch. A hook: a subclass that
+        can pad the final incomplete group (PopTorch Geometric's fixed-size
+        loader) overrides it."""
+        return combined_batch_generator(batches, num_batches, drop_last)
 
     def __getstate__(self) -> Dict[str, Any]:
         # The accessor's worker receives a pickled copy of the loader and

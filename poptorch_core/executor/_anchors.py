@@ -2,8 +2,10 @@
 
 The simulator names tensors after PopART's conventions for what it can
 observe: inputs (``input/<i>``), weights (their model names), the reduced
-gradient of the last optimizer step (``Gradient___<name>``) and the updated
-weights (``UpdatedVar___<name>``). Anchored tensors are read after each call
+gradient of the last optimizer step (``Gradient___<name>``), the updated
+weights (``UpdatedVar___<name>``) and, in training, the loss scale of the
+last step (``finalLossScale``: the optimizer's ``loss_scaling`` times the
+automatic loss scaling factor). Anchored tensors are read after each call
 (the value of the last device iteration).
 """
 from typing import Dict, List
@@ -15,6 +17,8 @@ from ..options import Options
 from ._program import Program
 
 __all__: list = []
+
+FINAL_LOSS_SCALE = "finalLossScale"
 
 
 def _param_index(program: Program) -> Dict[str, int]:
@@ -31,6 +35,7 @@ def tensor_names(program: Program) -> List[str]:
         names += [f"Gradient___{n}" for n in params]
         names += [f"UpdatedVar___{n}" for n in params]
         names.append("loss")
+        names.append(FINAL_LOSS_SCALE)
     return names
 
 
@@ -41,11 +46,17 @@ def read_anchors(options: Options,
     values = {}
     for short, anchor in options.anchors.items():
         long_name = anchor.long_name
+        if long_name == FINAL_LOSS_SCALE and program.training:
+            scale = program.device_optimizer.last_loss_scale
+            if scale is not None:
+                values[short] = torch.tensor(scale, dtype=torch.float32)
+            continue
         kind, _, name = long_name.rpartition("___")
         if name not in index or kind not in ("", "Gradient", "UpdatedVar"):
             raise createPoptorchError(
                 f"Cannot anchor tensor {long_name!r}: the simulator can anchor "
-                "weights by name and Gradient___<name> / UpdatedVar___<name>; "
+                "weights by name, Gradient___<name> / UpdatedVar___<name> and "
+                "(training) finalLossScale; "
                 "see getTensorNames() for the names of this model.")
         i = index[name]
         if kind == "Gradient":

@@ -14,15 +14,19 @@ from .. import _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from .._logging import logger
 from ..annotations import _block_tracking
+from ..device._stamps import OpStamper
 from ..enums import OutputMode
+from ..ir import Ir
 from ..ir._ir import executable_ir
+from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
-from . import _pipeline
+from . import _pipeline, _replica_weights, _scale_out
 from ._args import BoundArgs, InputSignature
 from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
 from ._ipu_count import _ipus_to_reserve
 from ._program import Program
+from ._simulation import after_compile
 from ._state import ExecutorState
 from .backends import Executable
 from .backends._host_memory import keep_host_memory
@@ -96,25 +100,40 @@ def _capture(state: ExecutorState, bound: BoundArgs, layout: BatchLayout,
     opts = state.options
     trace_args, trace_kwargs = _capture_mod.ipu_arguments(
         bound.positional, bound.named, device, _micro_batch_of(layout))
+    device_state, param_names = _device_state(state, layout, device)
+    with _block_tracking() as tracker, \
+            OpStamper(state.model, tracker) as stamp:
+        captured = _capture_mod.capture_module(
+            state.model, trace_args, trace_kwargs, training=state.training,
+            device=device, params=device_state.replica_params(0),
+            buffers=device_state.buffers(),
+            excludes=opts.source_location_excludes, on_op=stamp)
+    strategy = opts.execution_strategy
+    placement = _pipeline.resolve(strategy, tracker.seen_blocks(),
+                                  stamp.blocks)
+    _pipeline.check(strategy, placement, state.training,
+                    layout.gradient_accumulation, layout.device_iterations)
+    _ipus_to_reserve(placement.num_ipus, opts)
+    return captured, device_state, param_names, placement
+
+
+def _device_state(state: ExecutorState, layout: BatchLayout,
+                  device: torch.device) -> Tuple[DeviceState, list]:
+    """The device's copy of the weights (one copy per replica group for
+    replica-grouped weights) and the parameters' names."""
     params, param_names, buffers, buffer_names = \
         _capture_mod.module_state(state.model)
     device_state = DeviceState(params, buffers,
                                [n[0] for n in param_names + buffer_names],
                                device)
-    op_blocks: list = []
-    with _block_tracking() as tracker:
-        captured = _capture_mod.capture_module(
-            state.model, trace_args, trace_kwargs, training=state.training,
-            device=device, params=device_state.params,
-            buffers=device_state.buffers(),
-            excludes=opts.source_location_excludes,
-            on_op=lambda: op_blocks.append(tracker.op_block()))
-    strategy = opts.execution_strategy
-    placement = _pipeline.resolve(strategy, tracker.seen_blocks(), op_blocks)
-    _pipeline.check(strategy, placement, state.training,
-                    layout.gradient_accumulation, layout.device_iterations)
-    _ipus_to_reserve(placement.num_ipus, opts)
-    return captured, device_state, param_names, placement
+    grouped = _replica_weights.resolve(
+        state.per_replica_params, Ir(replication=layout.replicas),
+        param_names, params)
+    device_state.group_weights(grouped)
+    if state.training:
+        _replica_weights.check_optimizer(state.optimizer_link.optimizer,
+                                         grouped)
+    return device_state, param_names
 
 
 def _saved_inputs(bound: BoundArgs) -> Any:
@@ -129,16 +148,17 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     opts = state.options
     layout = state.layout()
     device = torch.device(opts.Simulator.host_device)
-    if state.per_replica_params:
-        raise _impl._cpp_error(
-            "Replica-grouped weights (replicaGrouping) are not supported by "
-            "the simulator yet: every replica holds the same weights. Remove "
-            "the replicaGrouping() call to run the model.")
     if opts.Simulator.host_memory_pool:
         keep_host_memory()
-    captured, device_state, param_names, _ = _capture(state, bound, layout,
-                                                      device)
-    if captured.mutated_buffers and layout.input_group_size < layout.replicas:
+    captured, device_state, param_names, placement = _capture(
+        state, bound, layout, device)
+    validate_backend_options(opts, [name for names in captured.buffer_names
+                                    for name in names])
+    estimate = after_compile(state, captured, placement, device_state,
+                             layout)
+    # Replicas of other processes count: their buffers drift apart too.
+    replicas = layout.replicas * opts.Distributed.numProcesses
+    if captured.mutated_buffers and layout.input_group_size < replicas:
         if opts.broadcast_buffers:
             raise _impl._cpp_error(_BROADCAST_BUFFERS_MSG)
         device_state.make_per_replica(layout.replicas)
@@ -146,7 +166,7 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     graph = captured.graph_module
     output_node = next(n for n in graph.graph.nodes if n.op == "output")
     state.ir = executable_ir(graph, layout.device_iterations *
-                             layout.gradient_accumulation)
+                             layout.gradient_accumulation, layout.replicas)
     seed = opts.random_seed if opts.exists("random_seed") else None
     host_graph = lower_for_host(graph)
     program = Program(
@@ -164,8 +184,10 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         wide_inputs=_wide_int64_inputs(host_graph, bound, captured.num_inputs),
         uses_rng=any(torch.Tag.nondeterministic_seeded in
                      getattr(node.target, "tags", ())
-                     for node in graph.graph.nodes))
+                     for node in graph.graph.nodes),
+        estimate=estimate)
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
             device_state, param_names)
+    _scale_out.attach(state, program)
     return program

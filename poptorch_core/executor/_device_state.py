@@ -7,7 +7,7 @@ float32, int64 as int32). Per-replica buffers exist when buffers are not
 broadcast between replicas.
 """
 import contextlib
-from typing import Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -60,6 +60,24 @@ class DeviceState:
         self.replica_buffers: List[List[torch.Tensor]] = [
             [_device_copy(b, device, n) for b, n in
              zip(self.host_buffers, names[num_p:])] for _ in range(replicas)]
+        #: Parameter index -> its replica grouping (``_replica_weights``):
+        #: the device tensor holds one copy per group.
+        self.grouped: Dict[int, Any] = {}
+
+    def group_weights(self, grouped: Dict[int, Any]) -> None:
+        """Holds the parameters of ``grouped`` as one copy per group."""
+        self.grouped = dict(grouped)
+        for index, weight in grouped.items():
+            param = self.params[index]
+            self.params[index] = weight.device_value(param).requires_grad_(
+                param.requires_grad)
+
+    def replica_params(self, replica: int) -> List[torch.Tensor]:
+        """The parameters replica ``replica`` runs with."""
+        if not self.grouped:
+            return self.params
+        return [self.grouped[i].select(p, replica) if i in self.grouped
+                else p for i, p in enumerate(self.params)]
 
     def make_per_replica(self, replicas: int) -> None:
         """Gives each replica its own copy of the buffers (buffers are not
@@ -81,7 +99,10 @@ class DeviceState:
             if buffer_indices is None:
                 for i, (dev, host) in enumerate(zip(self.params,
                                                     self.host_params)):
-                    _copy_into(dev, host, self._names[i])
+                    if i in self.grouped:
+                        self.grouped[i].to_device(dev, host)
+                    else:
+                        _copy_into(dev, host, self._names[i])
                 buffer_indices = range(len(self.host_buffers))
             for i in buffer_indices:
                 for buffers in self.replica_buffers:
@@ -92,9 +113,13 @@ class DeviceState:
         """Device -> host (the first replica's buffers)."""
         logger.debug("Writing weights from IPU to host")
         with torch.no_grad():
-            for dev, host in zip(self.params + self.replica_buffers[0],
-                                 self.host_params + self.host_buffers):
-                host.data.copy_(dev.detach())
+            for i, (dev, host) in enumerate(zip(
+                    self.params + self.replica_buffers[0],
+                    self.host_params + self.host_buffers)):
+                if i in self.grouped:
+                    self.grouped[i].to_host(dev, host)
+                else:
+                    host.data.copy_(dev.detach())
 
 
 class DeviceRng:

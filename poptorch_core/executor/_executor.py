@@ -9,6 +9,7 @@ call the host copy is stale until it is read (``_host_sync``).
 Everything the wrapper knows lives in one :class:`~._state.ExecutorState`;
 this class is the public facade over it.
 """
+import copy
 import datetime
 import functools
 import time
@@ -28,6 +29,7 @@ from ..options import Options
 from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
+from ._mode_check import warn_once_on_mode_mismatch
 from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
 from ._perf import PerfCounters
@@ -132,6 +134,18 @@ class PoplarExecutor:
     def __repr__(self) -> str:
         return module_repr(self._state.user_model)
 
+    def __reduce__(self):
+        # torch.save / pickle: the model (with the device's latest weights,
+        # as a plain module), the options and the optimizer; loading gives a
+        # new wrapper that compiles on its first call, like the original
+        # before it was compiled. The executable itself is not saved: use
+        # save() / poptorch.load() for that.
+        state = self._state
+        optimizer = state.optimizer_link.optimizer if state.training else None
+        return (_unpickle_executor, (state.training, state.user_model,
+                                     state.options, optimizer,
+                                     self._poptorch_version))
+
     @property
     def model(self) -> torch.nn.Module:
         """The user's model (its weights sync from the device on access)."""
@@ -225,6 +239,7 @@ class PoplarExecutor:
         assert state.options.connection_type != ConnectionType.Never.value, \
             _OFFLINE_CALL_MSG
         bound = self._binder.bind(args, kwargs)
+        warn_once_on_mode_mismatch(state)
         if not state.compiled:
             self._compile(bound)
         if not state.attached:
@@ -233,14 +248,21 @@ class PoplarExecutor:
             self._follow_trained_weights()
         program = state.program
         program.signature.validate(bound)
+        if state.options.popartOption("instrumentWithHardwareCycleCounter"):
+            # PopTorch's backend: no cycle counters without hardware.
+            raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)
         if state.optimizer_link is not None:
             state.optimizer_link.before_run()
         self._perf.start_call()
-        outputs = program.run(bound)
+        try:
+            outputs = program.run(bound)
+        finally:
+            # Also after Ctrl-C: the steps a call applied before it stopped
+            # are on the device, so the host copies are stale.
+            if state.training:
+                state.host_weights_stale = True
+                state.optimizer_link.after_run()
         self._perf.end_call(program.layout)
-        if state.training:
-            state.host_weights_stale = True
-            state.optimizer_link.after_run()
         if state.options.anchored_tensors:
             state.anchor_memory.update(
                 _anchors.read_anchors(state.options, program))
@@ -248,7 +270,8 @@ class PoplarExecutor:
 
     def _follow_trained_weights(self) -> None:
         """An inference model picks up weights trained by a training model
-        wrapping the same user model."""
+        wrapping the same user model, or a model that holds it (a wrapper
+        adding the loss, as ``poptorch_geometric.with_loss`` makes)."""
         state = self._state
         version = _host_sync.current_weights_version(state.user_model)
         if version != state.followed_weights_version:
@@ -432,11 +455,30 @@ class PoplarExecutor:
             raise createPoptorchError(
                 "Please run the model at least once before obtaining cycle "
                 "count.")
-        raise _impl._cpp_error("Cycle count logging is only supported on "
-                               "actual IPU hardware.")
+        raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)
+
+    def simulationReport(self) -> Any:
+        """The simulated IPU's estimate for this compiled model: memory per
+        IPU, time per pipeline stage, the step's schedule and throughput
+        (a ``poptorch_core.device.SimulationReport``; ``str()`` it,
+        ``to_dict()`` it or ``plot(path)`` it)."""
+        return self._state.require_program().estimate.report()
 
     def compilations(self) -> int:
         """How many times the ``compile`` backend compiled this model's
         graph (0 for the ``interpret`` backend)."""
         program = self._state.program
         return program.executable.compilations if program else 0
+
+
+_CYCLE_COUNT_HW_ONLY = ("Cycle count logging is only supported on actual "
+                        "IPU hardware.")
+
+
+def _unpickle_executor(training: bool, model: torch.nn.Module,
+                       options: Options,
+                       optimizer: Optional[torch.optim.Optimizer],
+                       poptorch_version: str) -> PoplarExecutor:
+    """Rebuilds a pickled :class:`PoplarExecutor` (see ``__reduce__``)."""
+    return PoplarExecutor(copy.copy(model), options.clone(), training,
+                          poptorch_version, optimizer, user_model=model)

@@ -156,13 +156,30 @@ def bump_weights_version(model: torch.nn.Module) -> None:
     _weights_versions[model] = _weights_versions.get(model, 0) + 1
 
 
+def _training_owner(model: torch.nn.Module) -> Optional[torch.nn.Module]:
+    """The model wrapped for training that owns ``model``'s weights:
+    ``model`` itself, or a model holding it as a sub-module (a wrapper that
+    adds the loss, trained while ``model`` is evaluated)."""
+    if is_wrapped(model):
+        return model
+    for param in model.parameters():
+        ref = _sync_of.get(param)
+        sync = ref() if ref is not None else None
+        owner = getattr(sync, "owner", lambda: None)()
+        if owner is not None:
+            return owner
+    return None
+
+
 def current_weights_version(model: torch.nn.Module) -> Optional[int]:
-    """Syncs a model wrapped for training and returns the version of its
-    host weights (None for a model no training wrapper owns)."""
-    if not is_wrapped(model):
+    """Syncs the model wrapped for training that owns ``model``'s weights
+    (see :func:`_training_owner`) and returns the version of its host
+    weights (None for a model no training wrapper owns)."""
+    owner = _training_owner(model)
+    if owner is None:
         return None
-    model.copyWeightsToHostIfNeeded()
-    return _weights_versions.get(model, 0)
+    owner.copyWeightsToHostIfNeeded()
+    return _weights_versions.get(owner, 0)
 
 
 def wrap(model: torch.nn.Module, *, sync: Callable[[], bool],
@@ -195,6 +212,7 @@ def _make_sync(model: torch.nn.Module) -> Callable:
         model = model_ref()
         if model is not None:
             model.copyWeightsToHostIfNeeded()
+    sync.owner = model_ref
     _syncs[model] = sync
     return weakref.ref(sync)
 

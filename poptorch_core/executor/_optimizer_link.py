@@ -15,7 +15,9 @@ import torch
 from .._logging import logger
 from ..optim import Optimizer
 from ..optim._attributes import OptimizerAttrTracker, convertOptimizerToDict
+from ..optim._constants import check_constant_attributes
 from ..optim._device import DeviceOptimizer
+from ..optim._loss_scaling import loss_scaling_settings
 from ..options import Options
 
 __all__: list = []
@@ -46,6 +48,8 @@ class OptimizerLink:
         self._tracker = OptimizerAttrTracker(owner.options)
         self.optimizer = optimizer
         self.device_optimizer: Optional[DeviceOptimizer] = None
+        #: The description the executable was compiled with.
+        self._compiled_description: Optional[dict] = None
         self._description = convertOptimizerToDict(
             optimizer, self._tracker, owner.options, False)
         self._tracker.enableChecks()
@@ -71,8 +75,14 @@ class OptimizerLink:
                          zip(state.host_params, state.params)}
         param_names = {id(host): name[0] for host, name in
                        zip(state.host_params, names)}
-        self.device_optimizer = DeviceOptimizer(self.optimizer, device_params,
-                                                param_names)
+        self.device_optimizer = DeviceOptimizer(
+            self.optimizer, device_params, param_names,
+            auto_loss_scaling=loss_scaling_settings(self._owner.options))
+        self._compiled_description = self._description
+        # A state the host optimizer holds in torch's format (trained on
+        # the CPU before wrapping, or loaded from a CPU checkpoint) is the
+        # device's starting state.
+        self._write_torch_state()
         return self.device_optimizer
 
     def on_attach(self) -> None:
@@ -109,7 +119,22 @@ class OptimizerLink:
             logger.debug("Writing optimiser state tensors from host to IPU "
                          "memory")
             self.device_optimizer.write_state(state)
+        self._write_torch_state()
         optimizer.ipu_state_is_dirty = False
+
+    def _write_torch_state(self) -> None:
+        """Writes a torch-format state (``optimizer.state``) to the device.
+        A PopTorch optimizer's copy is then dropped: its ``state_dict()``
+        reads the device's state from then on."""
+        optimizer = self.optimizer
+        if not optimizer.state:
+            return
+        logger.debug("Writing optimiser state tensors from host to IPU "
+                     "memory")
+        self.device_optimizer.write_torch_state(optimizer.state)
+        if _is_poptorch_optimizer(optimizer):
+            optimizer.state.clear()
+            optimizer.host_state_is_dirty = True
 
     def sync_state_to_host(self) -> None:
         """Reads the device state into the host optimizer (if it can hold
@@ -120,6 +145,10 @@ class OptimizerLink:
     # --- setOptimizer -------------------------------------------------------
     def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         old = self.optimizer
+        description = convertOptimizerToDict(
+            optimizer, self._tracker, self._owner.options, self._compiled)
+        if self._compiled_description is not None:
+            check_constant_attributes(self._compiled_description, description)
         if optimizer is not old:
             if self._compiled and _is_poptorch_optimizer(old):
                 old.state_dict()  # keep the final device state on the host
@@ -129,8 +158,6 @@ class OptimizerLink:
                 optimizer.ipu_state_is_dirty = optimizer.has_state()
             self.optimizer = optimizer
             self._instrument(optimizer)
-        description = convertOptimizerToDict(
-            optimizer, self._tracker, self._owner.options, self._compiled)
         changed = description != self._description
         self._description = description
         if self.device_optimizer is None:

@@ -23,6 +23,9 @@ from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
+from ._interrupts import deferred_interrupts, interrupted_call
+from ._replica_weights import reduce_within_groups
+from ._scale_out import GradientReducer
 
 __all__: list = []
 
@@ -67,6 +70,12 @@ class Program:
     #: Inputs given as int64 whose graph placeholder only widens them back
     #: to int64: they skip the int32 round trip (``_wide_inputs``).
     wide_inputs: FrozenSet[int] = frozenset()
+    #: The device model's estimate (``executor._simulation``).
+    estimate: Any = None
+    #: Reduces each device iteration's gradients over the replicas (of
+    #: other processes too, in a distributed run).
+    gradient_reducer: GradientReducer = dataclasses.field(
+        default_factory=GradientReducer)
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -115,39 +124,69 @@ class Program:
                 collector.add(replica, out.detach())
 
     def _run_inference(self, splits, collectors) -> None:
-        params, layout = self.state.params, self.layout
+        layout = self.layout
         for iteration in range(layout.device_iterations):
             for replica in range(layout.replicas):
                 outputs = self.executable.run(
-                    params + self.state.buffers(replica) +
+                    self.state.replica_params(replica) +
+                    self.state.buffers(replica) +
                     self._micro_inputs(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
     def _run_training(self, splits, collectors) -> None:
+        """One optimizer step per device iteration. Ctrl-C stops the call
+        between steps: a step is applied whole or not at all
+        (``_interrupts``)."""
+        applied = 0
+        try:
+            for iteration in range(self.layout.device_iterations):
+                # Automatic loss scaling may change the scale after a step.
+                scale = float(self.device_optimizer.loss_scaling)
+                self._accumulate(splits, collectors, iteration, scale)
+                divisor = self._reduce()
+                with deferred_interrupts():
+                    self._apply(divisor, scale)
+                    applied += 1
+        except KeyboardInterrupt:
+            for param in self.state.params:
+                param.grad = None  # a half-accumulated step is discarded
+            raise interrupted_call(applied,
+                                   self.layout.device_iterations) from None
+
+    def _accumulate(self, splits, collectors, iteration: int,
+                    scale: float) -> None:
+        """Forward and backward of every micro-batch of one iteration."""
+        layout, loss_index = self.layout, self.captured.loss_index
+        for step in range(layout.gradient_accumulation):
+            for replica in range(layout.replicas):
+                outputs = self.executable.run(
+                    self.state.replica_params(replica) +
+                    self.state.buffers(replica) +
+                    self._micro_inputs(splits, iteration, step, replica))
+                loss = outputs[loss_index]
+                # A "none"-reduced final loss back-propagates ones.
+                seed = loss if loss.dim() == 0 else loss.sum()
+                if seed.requires_grad:
+                    (seed * scale if scale != 1.0 else seed).backward()
+                self._collect(collectors, outputs, iteration, step, replica)
+
+    def _reduce(self) -> float:
+        """Reduces the accumulated gradients (over replica groups and
+        processes); returns what the optimizer divides their sum by. Left
+        interruptible: a collective that hangs must not hold Ctrl-C."""
         params, layout = self.state.params, self.layout
-        optimizer = self.device_optimizer
-        scale = float(optimizer.loss_scaling)
-        loss_index = self.captured.loss_index
-        divisor = (layout.gradient_accumulation * layout.replicas
-                   if self.reduction == ReductionType.Mean else 1)
-        for iteration in range(layout.device_iterations):
-            for step in range(layout.gradient_accumulation):
-                for replica in range(layout.replicas):
-                    outputs = self.executable.run(
-                        params + self.state.buffers(replica) +
-                        self._micro_inputs(splits, iteration, step, replica))
-                    loss = outputs[loss_index]
-                    # A "none"-reduced final loss back-propagates ones.
-                    seed = loss if loss.dim() == 0 else loss.sum()
-                    if seed.requires_grad:
-                        (seed * scale if scale != 1.0 else seed).backward()
-                    self._collect(collectors, outputs, iteration, step,
-                                  replica)
-            self.last_gradients = {
-                i: p.grad.detach().clone() / (divisor * scale)
-                for i, p in enumerate(params) if p.grad is not None} \
-                if self.keep_gradients else {}
-            optimizer.step(float(divisor))
+        if self.state.grouped and self.reduction == ReductionType.Mean:
+            reduce_within_groups(params, self.state.grouped, layout.replicas)
+        return self.gradient_reducer.reduce(params, layout, self.reduction)
+
+    def _apply(self, divisor: float, scale: float) -> None:
+        """One optimizer update from the reduced gradients."""
+        params = self.state.params
+        self.last_gradients = {
+            i: p.grad.detach().clone() / (divisor * scale)
+            for i, p in enumerate(params) if p.grad is not None} \
+            if self.keep_gradients else {}
+        self.device_optimizer.step(float(divisor))
 
     def _write_back_inputs(self, host_inputs, inputs) -> None:
         for i in self.captured.mutated_inputs:

@@ -62,6 +62,8 @@ class ExecutorState:
         self.compilation_time: Optional[datetime.timedelta] = None
         #: The user model's weights version this inference model follows.
         self.followed_weights_version: Optional[int] = None
+        #: Whether the wrapper warned that its mode and the model's differ.
+        self.mode_warned = False
         #: How implicit device-to-host copies are made (the facade points
         #: it at its ``copyWeightsToHost``).
         self.copy_to_host: Callable[[], None] = self.copy_weights_to_host

@@ -6,11 +6,15 @@ edge per data dependency.
 
 Example::
 
-    >>> print(graph_module_to_dot(gm, "main"))   # doctest: +SKIP
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x, w: x @ w)(torch.ones(2, 4), torch.ones(4, 3))
+    >>> print(graph_module_to_dot(gm, "main"), end="")
     digraph "main" {
       ...
       "mm" [label="mm\\naten.mm.default\\nfloat32[2, 3]"];
-      "x" -> "mm";
+      ...
+      "x_1" -> "mm";
+      ...
     }
 """
 import os

@@ -17,6 +17,7 @@ def node_shape_dtype(
 
     Example::
 
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
         >>> gm = make_fx(lambda x: x + 1)(torch.zeros(2))
         >>> node_shape_dtype(next(iter(gm.graph.nodes)))
         ((2,), torch.float32)

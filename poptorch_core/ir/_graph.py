@@ -4,9 +4,9 @@ transfer streams of the main graph.
 
 Example::
 
-    >>> ir = Ir()
-    >>> g = ir.create_graph(lambda x, y: x @ y, TensorSpec((2, 3)),
-    ...                     TensorSpec((3, 4)))
+    >>> ir = poptorch.Ir()
+    >>> g = ir.create_graph(lambda x, y: x @ y, poptorch.TensorSpec((2, 3)),
+    ...                     poptorch.TensorSpec((3, 4)))
     >>> [i.name for i in g.inputs]
     ['x', 'y']
     >>> g(torch.ones(2, 3), torch.ones(3, 4)).shape

@@ -197,7 +197,8 @@ class Ir:
 
             >>> def scale(x, factors: list, *, by=2.0):
             ...     return [x * f * by for f in factors]
-            >>> g = ir.create_graph(scale, TensorSpec((3,)),
+            >>> ir = poptorch.Ir()
+            >>> g = ir.create_graph(scale, poptorch.TensorSpec((3,)),
             ...                     [torch.ones(3), torch.ones(3)])
             >>> [i.name for i in g.inputs]
             ['x', 'factors_0', 'factors_1']
@@ -365,13 +366,14 @@ class Ir:
 
 
 def executable_ir(graph_module: torch.fx.GraphModule,
-                  num_host_transfers: int) -> Ir:
+                  num_host_transfers: int, replication: int = 1) -> Ir:
     """The Ir of a compiled model: its main graph is the captured
     ``graph_module`` and its executable counts as built.
 
-    ``num_host_transfers`` is device iterations x gradient accumulation.
+    ``num_host_transfers`` is device iterations x gradient accumulation,
+    ``replication`` the model's replication factor.
     """
-    ir = Ir()
+    ir = Ir(replication=replication)
     ir._adopt_main_graph(graph_module)
     ir.num_host_transfers = num_host_transfers
     ir._mark_executable_built()

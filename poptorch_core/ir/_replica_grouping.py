@@ -11,7 +11,7 @@ group) but cannot drive a collective.
 
 Example::
 
-    >>> ir = Ir(replication=8)
+    >>> ir = poptorch.Ir(replication=8)
     >>> ir.replica_grouping(stride=2, group_size=4).assignment
     [0, 1, 0, 1, 0, 1, 0, 1]
 """
@@ -67,7 +67,7 @@ class ReplicaGrouping:
 
     Example::
 
-        >>> ir = Ir(replication=8)
+        >>> ir = poptorch.Ir(replication=8)
         >>> rg = ir.replica_grouping(stride=1, group_size=2)
         >>> rg.assignment, rg.num_groups
         ([0, 0, 1, 1, 2, 2, 3, 3], 4)

@@ -23,12 +23,13 @@ def traceModel(model: torch.nn.Module, *args: Any, training: bool = False,
 
     Example::
 
-        >>> ir = poptorch.traceModel(torch.nn.Linear(4, 2), torch.randn(3, 4))
-        >>> g = ir.main_graph
-        >>> [s.shape for s in ir.get_all_h2d_streams()]
-        [torch.Size([3, 4])]
-        >>> torch.allclose(g(*weights, x), model(x))  # doctest: +SKIP
-        >>> ir.dot_checkpoint("trace")   # with POPART_DOT_CHECKS=ALL
+        >>> model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+        >>> ir = poptorch.traceModel(model, x)
+        >>> [s.shape for s in ir.get_all_h2d_streams()]   # the input x
+        [(3, 4)]
+        >>> g = ir.main_graph    # inputs: the weights, then the model's
+        >>> torch.allclose(g(model.weight, model.bias, x), model(x))
+        True
     """
     device = torch.device(options.Simulator.host_device if options is not None
                           else "cpu")

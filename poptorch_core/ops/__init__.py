@@ -8,8 +8,11 @@ must happen at run time are ``torch.ops.poptorch.*`` custom ops.
 
 Example::
 
-    >>> loss = poptorch.identity_loss(x.pow(2), reduction="mean")
-    >>> y = poptorch.dynamic_slice(x, 0, start, 4, 1)
+    >>> x = torch.arange(6.0)
+    >>> poptorch.identity_loss(x.pow(2), reduction="mean")
+    tensor(9.1667)
+    >>> poptorch.dynamic_slice(x, 0, torch.tensor(2), 3, 1)
+    tensor([2., 3., 4.])
 """
 from .cluster import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403

@@ -15,8 +15,14 @@ Example::
     >>> poptorch.registerCustomOp(
     ...     "LeakyRelu", "custom.ops", 1,
     ...     lambda x, alpha=0.01: torch.nn.functional.leaky_relu(x, alpha))
-    >>> out = poptorch.custom_op([x], "LeakyRelu", "custom.ops", 1,
-    ...                          example_outputs=[x], attributes={"alpha": 0.1})
+    >>> class Model(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         out = poptorch.custom_op([x], "LeakyRelu", "custom.ops", 1,
+    ...                                  example_outputs=[x],
+    ...                                  attributes={"alpha": 0.1})
+    ...         return out[0]
+    >>> poptorch.inferenceModel(Model())(torch.tensor([-1.0, 2.0]))
+    tensor([-0.1000,  2.0000])
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 

@@ -11,11 +11,22 @@ The current values are also readable with :func:`_current_name_scope`,
 
 Example::
 
-    >>> with poptorch.NameScope("encoder"), \\
-    ...         poptorch.Attribute(__outline={"layer": "embedding"}):
-    ...     y = x @ w          # named "encoder/...", outlined as "embedding"
+    >>> class Encoder(torch.nn.Module):
+    ...     def forward(self, x, w):
+    ...         with poptorch.NameScope("encoder"), \\
+    ...                 poptorch.Attribute(__outline={"layer": "embedding"}):
+    ...             return x @ w
+    >>> ir = poptorch.traceModel(Encoder(), torch.ones(2, 3), torch.ones(3, 4))
+    >>> matmul = next(n for n in ir.main_graph.graph_module.graph.nodes
+    ...               if n.op == "call_function")
+    >>> matmul.meta["custom"]["poptorch_name_scope"]
+    'encoder'
+    >>> conv_a, conv_b = torch.nn.Conv1d(1, 2, 3), torch.nn.Conv1d(1, 2, 3)
+    >>> x = torch.randn(1, 1, 8)
     >>> with poptorch.MultiConv().availableMemoryProportions(0.3):
     ...     a, b = conv_a(x), conv_b(x)
+    >>> torch.equal(a, conv_a(x))      # the values are plain convolutions
+    True
 """
 import contextlib
 import copy

@@ -7,10 +7,18 @@ are accepted too and behave like these with default extra arguments.
 
 Example::
 
-    >>> import poptorch
+    >>> class Regression(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = torch.nn.Linear(4, 1)
+    ...     def forward(self, x, y):
+    ...         return torch.nn.functional.mse_loss(self.fc(x), y)
+    >>> model = Regression()
     >>> opt = poptorch.optim.AdamW(model.parameters(), lr=1e-3,
     ...                            loss_scaling=1024.0)
     >>> training_model = poptorch.trainingModel(model, optimizer=opt)
+    >>> training_model(torch.randn(8, 4), torch.randn(8, 1)).shape
+    torch.Size([])
 """
 from ._base import Optimizer
 from ._classes import LAMB, SGD, Adam, AdamW, RMSprop

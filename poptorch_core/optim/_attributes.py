@@ -10,7 +10,7 @@ Example::
 
     >>> opts = poptorch.Options()
     >>> tracker = OptimizerAttrTracker(opts)
-    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
     >>> desc = convertOptimizerToDict(opt, tracker, opts, is_compiled=False)
     >>> desc["type"], desc["groups"][0]["lr"]
     ('SGD2', (0.1, False))

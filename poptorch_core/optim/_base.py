@@ -40,6 +40,7 @@ class Optimizer:
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.Adam(model.parameters(), lr=1e-3)
         >>> sorted(opt.state_dict())
         ['ipu_param', 'ipu_state', 'param_groups', 'state']
@@ -123,16 +124,26 @@ class Optimizer:
                 **torch.optim.Optimizer.state_dict(self)}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Loads a state dict saved from a PopTorch optimizer.
+        """Loads a state dict saved from a PopTorch optimizer, or from a
+        torch optimizer of the same type (e.g. trained on the CPU).
 
         torch's part (``state``, ``param_groups``) is loaded as torch does,
-        so LR schedulers keep working; the IPU part is written to the device
-        before the next run.
+        so LR schedulers keep working; the IPU part (or, for a torch state,
+        its ``state`` converted to the IPU's names) is written to the device
+        before the next run. Entries missing from the dict keep their
+        device values.
 
         Raises:
-            RuntimeError: the dict is empty, or it has no IPU state (a CPU
-                torch optimizer's state cannot be loaded onto the IPU).
+            RuntimeError: the dict is empty, or it is neither a PopTorch nor
+                a torch optimizer state dict.
         """
+        if state_dict and all(key not in state_dict for key in _IPU_KEYS) \
+                and {"state", "param_groups"} <= set(state_dict):
+            # A torch optimizer's state: its ``state`` entries reach the
+            # device through ``self.state`` (see the executor's link).
+            torch.optim.Optimizer.load_state_dict(self, state_dict)
+            self.ipu_state_is_dirty = True
+            return
         self._check_ipu_state_dict(state_dict)
         torch.optim.Optimizer.load_state_dict(self, {
             k: v for k, v in state_dict.items() if k not in _IPU_KEYS})
@@ -145,8 +156,10 @@ class Optimizer:
         self.ipu_state_is_dirty = True
 
     def has_state(self) -> bool:
-        """True when the optimizer holds an IPU state and parameters."""
-        return all(self._state_dict.get(key) is not None for key in _IPU_KEYS)
+        """True when the optimizer holds an IPU state and parameters, or a
+        torch-format state waiting to be written to the device."""
+        return all(self._state_dict.get(key) is not None
+                   for key in _IPU_KEYS) or bool(self.state)
 
     @staticmethod
     def _check_ipu_state_dict(state_dict: Dict[str, Any]) -> None:

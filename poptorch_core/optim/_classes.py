@@ -39,9 +39,20 @@ class SGD(Optimizer, torch.optim.SGD):
 
     Example::
 
+        >>> class Regression(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.fc = torch.nn.Linear(4, 1)
+        ...     def forward(self, x):
+        ...         return poptorch.identity_loss(self.fc(x) ** 2, "mean")
+        >>> model = Regression()
         >>> opt = poptorch.optim.SGD(model.parameters(), lr=0.01,
         ...                          momentum=0.9, loss_scaling=128.0)
         >>> training_model = poptorch.trainingModel(model, optimizer=opt)
+        >>> before = model.fc.weight.detach().clone()
+        >>> loss = training_model(torch.randn(2, 4))
+        >>> torch.equal(model.fc.weight, before)   # one step was taken
+        False
     """
     _torch_class = torch.optim.SGD
     _extra_args = ("loss_scaling", "velocity_scaling", "use_combined_accum",
@@ -90,8 +101,11 @@ class Adam(Optimizer, torch.optim.Adam):
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.Adam(model.parameters(), lr=1e-3,
         ...     first_order_momentum_accum_type=torch.float16)
+        >>> opt.first_order_momentum_accum_type
+        torch.float16
     """
     _torch_class = torch.optim.Adam
     _extra_args = ("loss_scaling", "accum_type",
@@ -134,8 +148,11 @@ class AdamW(Optimizer, torch.optim.AdamW):
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.AdamW(model.parameters(), lr=1e-3,
         ...                            bias_correction=False)
+        >>> opt.bias_correction
+        False
     """
     _torch_class = torch.optim.AdamW
     _extra_args = ("loss_scaling", "bias_correction", "accum_type",
@@ -183,8 +200,11 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.RMSprop(model.parameters(), lr=0.01,
         ...                              momentum=0.9, use_tf_variant=True)
+        >>> opt.use_tf_variant
+        True
     """
     _torch_class = torch.optim.RMSprop
     _extra_args = ("loss_scaling", "accum_type",
@@ -240,8 +260,13 @@ class LAMB(Optimizer, torch.optim.Optimizer):
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 1)
         >>> opt = poptorch.optim.LAMB(model.parameters(), lr=1e-2)
-        >>> loss = model(x).sum(); loss.backward(); opt.step()
+        >>> before = model.weight.detach().clone()
+        >>> model(torch.randn(2, 4)).sum().backward()
+        >>> opt.step()      # LAMB also runs on the host
+        >>> torch.equal(model.weight, before)
+        False
     """
     _extra_args = ("bias_correction", "loss_scaling", "max_weight_norm",
                    "accum_type", "first_order_momentum_accum_type",

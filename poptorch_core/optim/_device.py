@@ -9,31 +9,40 @@ names so that ``optimizer.state_dict()`` looks like PopTorch's.
 What is simulated (see also :mod:`._algorithms`): the reduction over
 micro-batches and replicas, loss-scaling removal, global-norm clipping
 (``max_grad_norm``), the update rules, state storage in the requested
-accumulation types, and a float16 ``accum_type`` rounding the reduced
-gradient to float16 before loss scaling is removed. Not simulated: velocity
+accumulation types, a float16 ``accum_type`` rounding the reduced
+gradient to float16 before loss scaling is removed, loss scaling removed in
+float32 (a scaled float16 gradient too small for float16 once unscaled
+still reaches the update), and automatic loss scaling (:mod:`._loss_scaling`:
+the factor adapts from the float16 gradients). Not simulated: velocity
 scaling (it only changes the range in which the velocity is stored, which
-float32 arithmetic does not need) and automatic loss scaling (its update
-factor stays 1).
+float32 arithmetic does not need).
 
 Example::
 
-    >>> dev = DeviceOptimizer(opt, {id(p): p.detach().clone().requires_grad_()
-    ...                             for p in model.parameters()},
+    >>> model = torch.nn.Linear(2, 1)
+    >>> opt = poptorch.optim.SGD(model.parameters(), lr=0.1)
+    >>> device_params = {id(p): p.detach().clone().requires_grad_()
+    ...                  for p in model.parameters()}
+    >>> dev = DeviceOptimizer(opt, device_params,
     ...                       {id(p): n for n, p in model.named_parameters()})
-    >>> # ... executor accumulates d(loss * dev.loss_scaling)/dp into .grad
+    >>> for p in device_params.values():   # as the executor accumulates
+    ...     p.grad = torch.ones_like(p) * 4 * dev.loss_scaling
     >>> dev.step(grad_divisor=4)   # Mean over 4 micro-batches
+    >>> torch.allclose(device_params[id(model.bias)], model.bias - 0.1)
+    True
     >>> sorted(dev.read_state())
     ['ipu_param', 'ipu_state']
 """
 import logging
 import math
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from .._logging import logger
 from ._algorithms import init_state, popart_names, slots, storage_dtype, \
     update, update_group
+from ._loss_scaling import AutomaticLossScaling
 from ._packed import PackedGroup
 from ._resolve import ResolvedOptimizer, resolve_optimizer
 from ._types import _OptimizerType
@@ -53,8 +62,11 @@ class DeviceOptimizer:
             executor trains in its place.
         param_names: ``id(host parameter)`` -> its name in the model, used
             in the state's tensor names.
-        auto_loss_scaling: report ``lossScaleUpdateFactor`` in the state
-            (``Training.setAutomaticLossScaling(True)``).
+        auto_loss_scaling: the automatic loss scaling settings
+            (``Training.setAutomaticLossScaling(True)``; see
+            :func:`._loss_scaling.loss_scaling_settings`), or None/False
+            when it is off. When on, the factor adapts after every step and
+            ``lossScaleUpdateFactor`` is part of the state.
 
     Raises:
         ValueError: the optimizer holds a parameter that is not one of the
@@ -64,11 +76,17 @@ class DeviceOptimizer:
     def __init__(self, host_optimizer: torch.optim.Optimizer,
                  device_params: Mapping[int, torch.Tensor],
                  param_names: Mapping[int, str],
-                 *, auto_loss_scaling: bool = False) -> None:
+                 *, auto_loss_scaling: Any = None) -> None:
         self._device_params = dict(device_params)
         self._param_names = dict(param_names)
-        self._auto_loss_scaling = auto_loss_scaling
+        self._auto_loss_scaling = bool(auto_loss_scaling)
+        self._als = AutomaticLossScaling(
+            auto_loss_scaling if isinstance(auto_loss_scaling, Mapping)
+            else {}) if auto_loss_scaling else None
         self._loss_scale_update_factor = 1.0
+        #: The loss scale the last step's gradients were scaled by (the
+        #: ``finalLossScale`` anchor).
+        self.last_loss_scale: Optional[float] = None
         self._state: Dict[int, Dict[str, torch.Tensor]] = {}
         self._resolved: Optional[ResolvedOptimizer] = None
         self._groups: List[_Group] = []
@@ -121,11 +139,18 @@ class DeviceOptimizer:
             raise ValueError(f"grad_divisor must be positive, got "
                              f"{grad_divisor}")
         max_norm = self._resolved.attributes.get("max_grad_norm", math.inf)
+        self.last_loss_scale = self.loss_scaling
+        if self._als is not None:
+            self._als.observe(p.grad for p in self._device_params.values())
         with torch.no_grad():
             if math.isfinite(max_norm) or not self._step_packed(grad_divisor):
                 self._step_per_group(grad_divisor, max_norm)
         for param in self._device_params.values():
             param.grad = None
+        if self._als is not None:
+            self._loss_scale_update_factor = self._als.next_factor(
+                self._loss_scale_update_factor,
+                float(self._resolved.attributes["loss_scaling"]))
 
     def _step_packed(self, grad_divisor: float) -> bool:
         """The whole step on flat buffers, when every group with gradients
@@ -159,22 +184,20 @@ class DeviceOptimizer:
 
     def _step_per_group(self, grad_divisor: float, max_norm: float) -> None:
         kind, attrs = self._resolved.kind, self._resolved.attributes
-        live = [pid for _, ids in self._groups for pid in ids
-                if self._device_params[pid].grad is not None]
-        for pid in live:
-            self._reduce(self._device_params[pid].grad, grad_divisor)
-        if live and math.isfinite(max_norm):
-            torch.nn.utils.clip_grad_norm_(
-                [self._device_params[pid] for pid in live], max_norm)
+        grads = {pid: self._reduce(self._device_params[pid].grad,
+                                   grad_divisor)
+                 for _, ids in self._groups for pid in ids
+                 if self._device_params[pid].grad is not None}
+        if grads and math.isfinite(max_norm):
+            _clip(list(grads.values()), max_norm)
         for hp, ids in self._groups:
-            ids = [pid for pid in ids
-                   if self._device_params[pid].grad is not None]
+            ids = [pid for pid in ids if pid in grads]
             params = [self._device_params[pid] for pid in ids]
-            if update_group(kind, params, [p.grad for p in params],
+            if update_group(kind, params, [grads[pid] for pid in ids],
                             [self._state[pid] for pid in ids], hp):
                 continue
             for pid, param in zip(ids, params):
-                update(kind, param, param.grad, self._state[pid], hp, attrs)
+                update(kind, param, grads[pid], self._state[pid], hp, attrs)
 
     def read_state(self) -> Dict[str, Dict[str, torch.Tensor]]:
         """``{"ipu_state": ..., "ipu_param": ...}`` under PopART's names,
@@ -242,6 +265,36 @@ class DeviceOptimizer:
             self._slot(pid, slot_key, hp).copy_(value)
         self._packed = None  # the loaded step counts may differ
 
+    def write_torch_state(self, state: Mapping[torch.Tensor,
+                                               Mapping[str, object]]) -> None:
+        """Loads a state in torch's format (``torch.optim.Optimizer.state``:
+        host parameter -> ``{"exp_avg": ..., "step": ...}``), e.g. from an
+        optimizer trained on the CPU.
+
+        Raises:
+            ValueError: a parameter that is not the model's, or a state
+                entry this optimizer type does not have.
+        """
+        names = popart_names(self._resolved.kind)
+        converted: Dict[str, torch.Tensor] = {}
+        for param, entries in state.items():
+            pid = self._param_id(param)
+            for key, value in entries.items():
+                # torch's SGD without momentum stores None; RMSprop counts
+                # steps it never uses.
+                if value is None or (key == "step" and key not in names):
+                    continue
+                if key not in names:
+                    raise ValueError(
+                        f"Cannot load the optimizer state entry {key!r} into "
+                        f"a {self._resolved.kind.name} optimizer: it has no "
+                        "such state. Load a state from the same optimizer "
+                        "type (amsgrad is not supported).")
+                converted[f"{names[key]}___{self._param_names[pid]}"] = \
+                    torch.as_tensor(value, dtype=torch.float32) \
+                    if key == "step" else value
+        self.write_state(converted)
+
     # -- internals ----------------------------------------------------------
     def _param_id(self, param: torch.Tensor) -> int:
         pid = id(param)
@@ -252,7 +305,13 @@ class DeviceOptimizer:
                 f"model. Build the optimizer from model.parameters().")
         return pid
 
-    def _reduce(self, grad: torch.Tensor, grad_divisor: float) -> None:
+    def _reduce(self, grad: torch.Tensor,
+                grad_divisor: float) -> torch.Tensor:
+        """The reduced, unscaled gradient: ``grad`` itself (changed in
+        place) when it is float32, else a float32 copy, so that unscaling
+        never underflows in float16."""
+        if grad.dtype in (torch.float16, torch.bfloat16):
+            grad = grad.float()
         # Dividing by 1 is exact: skipping it changes no bit.
         if grad_divisor != 1:
             grad.div_(grad_divisor)
@@ -263,6 +322,7 @@ class DeviceOptimizer:
         loss_scaling = self.loss_scaling
         if loss_scaling != 1:
             grad.div_(loss_scaling)
+        return grad
 
     def _state_targets(self) -> Dict[str, Tuple[int, str, Dict[str, object]]]:
         names = popart_names(self._resolved.kind)
@@ -318,6 +378,14 @@ def _param_tensors(kind: _OptimizerType, hp: Mapping[str, object],
         f"learningRate___specific___{param_name}": torch.tensor(lr),
         f"weightDecay___specific___{param_name}": torch.tensor(weight_decay),
     }
+
+
+def _clip(grads: List[torch.Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_``'s arithmetic, on the reduced
+    gradients (float32 copies of float16 gradients included)."""
+    total = torch.nn.utils.get_total_norm(grads)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coefficient)
 
 
 def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ conversion and the simulated device reject the same optimizers.
 
 Example::
 
+    >>> model = torch.nn.Linear(4, 2)
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     >>> resolved = resolve_optimizer(opt)
     >>> resolved.kind, resolved.attributes["loss_scaling"]

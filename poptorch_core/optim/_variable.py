@@ -17,6 +17,7 @@ class VariableAttributes:
 
     Example::
 
+        >>> model = torch.nn.Linear(4, 2)
         >>> opt = poptorch.optim.SGD(model.parameters(), lr=0.01)
         >>> opt.variable_attrs.isConstant("lr")
         False

@@ -11,7 +11,8 @@ files), ``_progress`` (the compilation progress bar) and ``_options``
 Example::
 
     >>> opts = poptorch.Options().deviceIterations(2)
-    >>> opts.Training.gradientAccumulation(4)
+    >>> opts.Training.gradientAccumulation(4).gradient_accumulation
+    4
     >>> opts.device_iterations * opts.Training.gradient_accumulation
     8
 """

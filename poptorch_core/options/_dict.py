@@ -30,7 +30,6 @@ _FROZEN_MSG = "Can't modify frozen Options"
 
 # Value types PopART accepts for a session/engine option; anything else
 # could never be lowered, so it is refused when set rather than at compile.
-_BACKEND_VALUE_TYPES = (bool, int, float, str, list, tuple, dict)
 
 
 class _Freezable:
@@ -235,8 +234,9 @@ class _PopartOptions(_Freezable):
     """Backend (PopART) session options: any string key is accepted.
 
     PopTorch validates these in its C++ backend; the simulator stores them,
-    checks only that the key is a string and the value a plain type, and
-    otherwise ignores them.
+    checks here only that the key is a string, checks the value types when
+    a model is compiled (``options._validation``), and otherwise ignores
+    them.
 
     Example::
 
@@ -261,10 +261,6 @@ class _PopartOptions(_Freezable):
         if not isinstance(key, str):
             raise TypeError(
                 f"Backend option names must be strings, not {type(key)}")
-        if not isinstance(value, _BACKEND_VALUE_TYPES):
-            raise TypeError(
-                f"Unsupported value type {type(value).__name__} for backend "
-                f"option {key}: use a bool, int, float, str, list or dict")
         if key == "logDir":
             logger.warning(
                 "Ignoring call to poptorch.Options._Popart.set('logDir', ...)"

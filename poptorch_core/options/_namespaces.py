@@ -7,11 +7,11 @@ returns its namespace so that calls chain.
 Example::
 
     >>> opts = poptorch.Options()
-    >>> opts.Training.gradientAccumulation(4) \\
+    >>> training = opts.Training.gradientAccumulation(4) \\
     ...     .accumulationAndReplicationReductionType(
     ...         poptorch.ReductionType.Sum)
-    >>> opts.Training.gradient_accumulation
-    4
+    >>> training is opts.Training, opts.Training.gradient_accumulation
+    (True, 4)
 """
 import os
 from typing import Any, Optional, Tuple, Type, Union
@@ -45,7 +45,9 @@ class _TrainingOptions(OptionsDict):
 
     Example::
 
-        >>> opts.Training.gradientAccumulation(8)
+        >>> opts = poptorch.Options()
+        >>> opts.Training.gradientAccumulation(8).gradient_accumulation
+        8
     """
 
     def __init__(self, popart_options: _PopartOptions):
@@ -119,7 +121,11 @@ class _PrecisionOptions(OptionsDict):
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.Precision.setPartialsType(torch.half)
+        _PrecisionOptions()
+        >>> opts.popartOption("partialsTypeMatMuls")
+        'half'
     """
 
     def __init__(self, popart_options: _PopartOptions):
@@ -130,8 +136,9 @@ class _PrecisionOptions(OptionsDict):
         """Deprecated: only warns."""
         del half_float_casting
         logger.warning("Precision.halfFloatCasting() is deprecated and has "
-                       "no effect: half/float casting follows PyTorch's "
-                       "type promotion rules.")
+                       "no effect: float16/float32 operands follow PyTorch's "
+                       "type promotion, and matrix products and "
+                       "convolutions run in their input's dtype.")
         return self
 
     def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":
@@ -181,7 +188,11 @@ class TensorLocationSettings(OptionsDict):
 
         >>> settings = poptorch.TensorLocationSettings() \\
         ...     .useOnChipStorage(False).minElementsForOffChip(128)
-        >>> opts.TensorLocations.setWeightLocation(settings)
+        >>> settings
+        TensorLocationSettings(onChip=0, minElementsForOffChip=128)
+        >>> opts = poptorch.Options()
+        >>> opts.TensorLocations.setWeightLocation(settings).location_weight
+        {'onChip': 0, 'minElementsForOffChip': 128}
     """
 
     def __init__(self):
@@ -233,7 +244,9 @@ class _TensorLocationOptions(OptionsDict):
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.TensorLocations.numIOTiles(32)
+        _TensorLocationOptions(numIOTiles=32)
     """
 
     def __init__(self):
@@ -295,6 +308,7 @@ class _DistributedOptions(OptionsDict):
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.Distributed.configureProcessId(0, 2).numProcesses
         2
     """

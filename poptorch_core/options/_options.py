@@ -3,10 +3,13 @@
 Example::
 
     >>> opts = poptorch.Options().deviceIterations(4).replicationFactor(2)
-    >>> opts.Training.gradientAccumulation(8)
-    >>> opts.outputMode(poptorch.OutputMode.All)
-    >>> opts.device_iterations, opts.Training.gradient_accumulation
-    (4, 8)
+    >>> opts.Training.gradientAccumulation(8).gradient_accumulation
+    8
+    >>> opts.outputMode(poptorch.OutputMode.All).output_mode == \\
+    ...     poptorch.OutputMode.All
+    True
+    >>> opts.device_iterations, opts.replication_factor
+    (4, 2)
 """
 import copy
 import os
@@ -73,7 +76,10 @@ class Options(OptionsDict):
 
         >>> opts = poptorch.Options()
         >>> opts.deviceIterations(2).Simulator.backend("compile")
+        _SimulatorOptions(execution_backend='compile', ...)
         >>> model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
+        >>> model.options.device_iterations
+        2
     """
 
     def __init__(self):
@@ -144,10 +150,14 @@ class Options(OptionsDict):
 
     @property
     def show_compilation_progress_bar(self) -> bool:
+        """Whether compiling shows a progress bar
+        (:meth:`showCompilationProgressBar`)."""
         return self._show_compilation_progress_bar
 
     @property
     def relax_optimizer_checks(self) -> bool:
+        """Whether unexpected optimizer attributes are only logged at debug
+        level (:meth:`relaxOptimizerAttributesChecks`)."""
         return self._relax_optimizer_checks
 
     def popartOption(self, key: str, default: Any = None) -> Any:
@@ -483,10 +493,17 @@ class Options(OptionsDict):
         """Applies a config file of setter calls, one per line, written as
         they would follow ``options.``; ``#`` starts a comment.
 
-        Example file::
+        Example::
 
-            deviceIterations(4)
-            Training.gradientAccumulation(2)  # two steps per update
+            >>> import os, tempfile
+            >>> with tempfile.TemporaryDirectory() as folder:
+            ...     path = os.path.join(folder, "ipu.conf")
+            ...     with open(path, "w") as f:
+            ...         _ = f.write("deviceIterations(4)  # 4 per call\\n"
+            ...                     "Training.gradientAccumulation(2)\\n")
+            ...     opts = poptorch.Options().loadFromFile(path)
+            >>> opts.device_iterations, opts.Training.gradient_accumulation
+            (4, 2)
         """
         load_from_file(self, os.fspath(filepath))
         return self
@@ -499,7 +516,12 @@ class Options(OptionsDict):
 
         Example::
 
-            >>> opts.from_json('{"outputMode": ["OutputMode.EveryN", 2]}')
+            >>> opts = poptorch.Options()
+            >>> opts = opts.from_json(
+            ...     '{"outputMode": ["OutputMode.EveryN", 2]}')
+            >>> mode = poptorch.OutputMode(opts.output_mode)
+            >>> mode, opts.output_return_period
+            (<OutputMode.EveryN: 1>, 2)
         """
         apply_json(self, string)
         return self

@@ -7,7 +7,7 @@ or PopART option names.
 Example::
 
     >>> opts = poptorch.Options()
-    >>> opts.Simulator.backend("compile").ipuVersion(21)
+    >>> simulator = opts.Simulator.backend("compile").ipuVersion(21)
     >>> opts.Simulator.execution_backend, opts.Simulator.ipu_version
     ('compile', 21)
 """
@@ -26,6 +26,11 @@ BACKENDS: Tuple[str, ...] = ("interpret", "compile")
 HOST_DEVICES: Tuple[str, ...] = ("cpu", "cuda")
 #: IPU generations: 1 (Mk1), 2 (Mk2) and 21 (Bow).
 IPU_VERSIONS: Tuple[int, ...] = (1, 2, 21)
+#: What a model that does not fit the simulated IPU's memory does.
+MEMORY_CHECKS: Tuple[str, ...] = ("error", "warn", "off")
+
+#: Seconds a distributed run waits for a process before it gives up.
+DEFAULT_DISTRIBUTED_TIMEOUT = 60.0
 
 #: Prefix of the Simulator keys in ``Options.toDict()``.
 KEY_PREFIX = "simulator."
@@ -46,25 +51,37 @@ def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
 
 
 class _SimulatorOptions(OptionsDict):
-    """Simulator settings: execution backend, host device, IPU version and
-    host memory.
+    """Simulator settings: execution backend, host device, IPU version,
+    memory check, host memory and the distributed timeout.
 
     - ``execution_backend``: ``"interpret"`` (default) or ``"compile"``;
     - ``host_device``: ``"cpu"`` (default) or ``"cuda"``;
     - ``ipu_version``: 2 (default), 1 or 21 (Bow); drives the simulated
-      device model (memory per IPU, throughput);
+      device model (memory per IPU, throughput; see
+      ``poptorch_model.simulationReport()``). An offline target's
+      ``useOfflineIpuTarget(ipu_version)`` takes precedence;
+    - ``memory_check``: ``"warn"`` (default), ``"error"`` or ``"off"``:
+      what a model whose memory estimate exceeds an IPU's memory does
+      (see :meth:`memoryCheck`);
     - ``host_memory_pool``: True (default) to keep freed host memory for
-      reuse between steps (see :meth:`hostMemoryPool`).
+      reuse between steps (see :meth:`hostMemoryPool`);
+    - ``distributed_timeout``: seconds (default 60) after which the processes
+      of a distributed run give up on one that died or hangs
+      (see :meth:`distributedTimeout`).
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.Simulator.backend("compile").hostDevice("cpu")
+        _SimulatorOptions(execution_backend='compile', host_device='cpu', ...)
     """
 
     def __init__(self):
         super().__init__(execution_backend=BACKENDS[0],
                          host_device=HOST_DEVICES[0],
-                         ipu_version=2, host_memory_pool=True)
+                         ipu_version=2, memory_check="warn",
+                         host_memory_pool=True,
+                         distributed_timeout=DEFAULT_DISTRIBUTED_TIMEOUT)
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option == "execution_backend":
@@ -79,9 +96,14 @@ class _SimulatorOptions(OptionsDict):
                     "Simulator.hostDevice('cpu')")
         elif option == "ipu_version":
             check_ipu_version(value)
+        elif option == "memory_check":
+            _check_choice("memory check", value, MEMORY_CHECKS)
         elif option == "host_memory_pool" and not isinstance(value, bool):
             raise ValueError(f"Simulator.hostMemoryPool takes a bool, got "
                              f"{value!r}")
+        elif option == "distributed_timeout" and not value > 0:
+            raise ValueError("Simulator.distributedTimeout takes a positive "
+                             f"number of seconds, got {value!r}")
 
     def backend(self, name: str) -> "_SimulatorOptions":
         """Execution backend: ``"interpret"`` or ``"compile"``."""
@@ -96,6 +118,14 @@ class _SimulatorOptions(OptionsDict):
         """Simulated IPU generation: 1, 2 or 21 (Bow)."""
         return self.set(ipu_version=version)
 
+    def memoryCheck(self, mode: str) -> "_SimulatorOptions":
+        """What compiling a model that does not fit the simulated IPU does:
+        ``"error"`` raises ``poptorch.Error`` naming the IPU, the memory
+        needed and available and the largest consumers, as an IPU
+        compilation would fail; ``"warn"`` (default) logs that message and
+        runs the model on the host anyway; ``"off"`` says nothing."""
+        return self.set(memory_check=mode)
+
     def hostMemoryPool(self, enabled: bool = True) -> "_SimulatorOptions":
         """Keep freed host memory for reuse instead of returning it to the
         OS after every step, as the IPU reserves its memory once (default:
@@ -109,6 +139,18 @@ class _SimulatorOptions(OptionsDict):
         or ``GLIBC_TUNABLES`` always win.
         """
         return self.set(host_memory_pool=enabled)
+
+    def distributedTimeout(self, seconds: float) -> "_SimulatorOptions":
+        """How long the processes of a distributed run
+        (``Options.Distributed``) wait for each other, in seconds (default
+        60). When a process dies or hangs, the others raise
+        ``poptorch.Error`` naming it after at most about this long instead
+        of waiting for ever. The first model compiled for several
+        processes sets it for the whole process."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ValueError("Simulator.distributedTimeout takes a number of "
+                             f"seconds, got {seconds!r}")
+        return self.set(distributed_timeout=float(seconds))
 
     def _serialised(self) -> Dict[str, Any]:
         return {KEY_PREFIX + k: v for k, v in self._values.items()}

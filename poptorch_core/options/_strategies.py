@@ -99,6 +99,7 @@ class Phase:
     Example::
 
         >>> poptorch.Phase(poptorch.Stage("a"), poptorch.Stage("b")).ipus(0, 1)
+        Phase(Stage('a').ipu(0), Stage('b').ipu(1))
     """
 
     def __init__(self, *stages_or_block_ids: Union[Stage, str]):
@@ -249,8 +250,10 @@ class PipelinedExecution(_IExecutionStrategy):
 
     Example::
 
-        >>> opts.setExecutionStrategy(
+        >>> opts = poptorch.Options().setExecutionStrategy(
         ...     poptorch.PipelinedExecution("encoder", ["decoder", "head"]))
+        >>> opts.execution_strategy
+        PipelinedExecution(Stage('encoder'), Stage('decoder', 'head'))
     """
 
     def __init__(self, *args: Union[enums.AutoStage, Stage, str,
@@ -280,7 +283,9 @@ class ShardedExecution(PipelinedExecution):
 
     Example::
 
+        >>> opts = poptorch.Options()
         >>> opts.setExecutionStrategy(poptorch.ShardedExecution())
+        Options(...)
     """
     _execution_mode = 1
 
@@ -332,6 +337,8 @@ class _IPhasedExecution(_IExecutionStrategy):
         return self._block_map[block_id].phase_id
 
     def backendOptions(self) -> Dict[str, Any]:
+        """The options this strategy adds to ``Options.toDict()``: the
+        execution mode and the phase settings."""
         return {
             **super().backendOptions(),
             "separate_backward_phase": self._separate_backward_phase,
@@ -351,6 +358,7 @@ class SerialPhasedExecution(_IPhasedExecution):
         >>> strategy = poptorch.SerialPhasedExecution(
         ...     poptorch.Phase("0"), poptorch.Phase("1"))
         >>> strategy.setTensorsLiveness(poptorch.Liveness.OffChipAfterFwd)
+        SerialPhasedExecution(Phase(Stage('0')), Phase(Stage('1')))
     """
 
     def setTensorsLiveness(

@@ -33,7 +33,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
-from . import _interception, rules
+from . import _inplace, _interception, _loss_check, rules
 from ._decompositions import TRACE_DECOMPOSITIONS
 
 __all__: List[str] = []
@@ -247,10 +247,11 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                          *trace_params, *trace_buffers, *trace_inputs)
 
     rules.check_graph(gm, excludes)
+    _inplace.check_strided_inplace(gm, excludes)
     mutated = _mutated(trace_buffers + trace_inputs, versions,
                        list(buffers) + list(inputs))
     return _finalise(gm, param_state, buffer_state, len(inputs), result,
-                     mutated, training)
+                     mutated, training, excludes)
 
 
 def _mutated(traced: Sequence[torch.Tensor], versions: Sequence[int],
@@ -268,7 +269,7 @@ def _mutated(traced: Sequence[torch.Tensor], versions: Sequence[int],
 def _finalise(gm: torch.fx.GraphModule, param_state: _StateSlots,
               buffer_state: _StateSlots, num_inputs: int,
               result: Dict[str, Any], mutated: List[int],
-              training: bool) -> CapturedModel:
+              training: bool, excludes: Sequence[str] = ()) -> CapturedModel:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     num_p, num_b = len(param_state.tensors), len(buffer_state.tensors)
     for i, node in enumerate(placeholders):
@@ -294,6 +295,8 @@ def _finalise(gm: torch.fx.GraphModule, param_state: _StateSlots,
     loss_index = None
     if training:
         loss_node = _find_final_loss(graph_outputs)
+        _loss_check.warn_if_loss_not_returned(loss_node, graph_outputs,
+                                              excludes)
         if loss_node in graph_outputs:
             loss_index = graph_outputs.index(loss_node)
         else:

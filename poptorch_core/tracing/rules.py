@@ -17,6 +17,7 @@ import torch.fx
 
 from .._impl import _cpp_error
 from ..errors import Error
+from . import _library_code
 
 __all__: List[str] = []
 
@@ -43,10 +44,10 @@ def _is_internal(filename: str, excludes: Sequence[str]) -> bool:
 def _pick_frame(frames: List[traceback.FrameSummary],
                 excludes: Sequence[str]) -> Optional[traceback.FrameSummary]:
     """The innermost frame of user code: outside torch and poptorch_core,
-    preferring code outside site-packages (the user's own model over the
+    preferring code outside libraries (the user's own model over the
     library it calls)."""
     candidates = [f for f in frames if not _is_internal(f.filename, excludes)]
-    own = [f for f in candidates if "site-packages" not in f.filename]
+    own = [f for f in candidates if not _library_code.is_library(f.filename)]
     chosen = own or candidates
     return chosen[-1] if chosen else None
 
@@ -58,20 +59,38 @@ def _format_frame(frame: Optional[traceback.FrameSummary]) -> str:
     return f"\n  at {frame.filename}:{frame.lineno} in {frame.name}{code}"
 
 
+def _describe_frames(frames: List[traceback.FrameSummary],
+                     excludes: Sequence[str]) -> str:
+    """The user's line, then the library frames it called (and a known
+    fix), for an error message."""
+    user = _pick_frame(frames, excludes)
+    if user is None:
+        return ""
+    below = frames[next(i for i, f in enumerate(frames) if f is user) + 1:]
+    # The excludes (PopTorch's default holds "site-packages/torch", which
+    # also matches torch_geometric) keep library frames from being "the
+    # user's line", not from being shown as the library code it called.
+    library = [f for f in below if not _is_internal(f.filename, ())
+               and _library_code.is_library(f.filename)]
+    return _format_frame(user) + _library_code.describe(library)
+
+
 def current_user_location(excludes: Sequence[str] = ()) -> str:
-    """The user's source line of the live Python stack, formatted for an
-    error message (empty when every frame is internal)."""
-    return _format_frame(_pick_frame(traceback.extract_stack(), excludes))
+    """The user's source line of the live Python stack (and the library
+    code below it), formatted for an error message (empty when every frame
+    is internal)."""
+    return _describe_frames(traceback.extract_stack(), excludes)
 
 
 def node_user_location(node: torch.fx.Node,
                        excludes: Sequence[str] = ()) -> str:
-    """The user's source line that created ``node``, from its stack trace."""
+    """The user's source line that created ``node`` (and the library code
+    below it), from its stack trace."""
     stack = node.meta.get("stack_trace") or ""
     frames = [traceback.FrameSummary(m["file"], int(m["line"]), m["func"],
                                      line=m["code"] or None)
               for m in _FRAME_RE.finditer(stack)]
-    return _format_frame(_pick_frame(frames, excludes))
+    return _describe_frames(frames, excludes)
 
 
 def rule_error(message: str, location: str = "") -> Error:
@@ -100,6 +119,10 @@ _DYNAMIC_FIX = {
                           "torch.repeat_interleave"),
     "bincount": ("its length is the largest input value plus one",
                  "Use torch.zeros(n).index_add_(0, x, ones) with a fixed n"),
+    "one_hot": ("without num_classes (or with num_classes=-1) its width is "
+                "the largest class value plus one",
+                "Pass num_classes=<number of classes> to "
+                "torch.nn.functional.one_hot"),
     "item": ("it reads a tensor's value back to the host, and IPU tensors have "
              "no values while the model is compiled",
              "Keep the value as a tensor; for data-dependent choices use "
@@ -172,6 +195,19 @@ def check_graph(graph_module: torch.fx.GraphModule,
         if predicate is None or predicate(node):
             raise dynamic_shape_error(kind, _op_name(node.target),
                                       node_user_location(node, excludes))
+
+
+def check_one_hot(args: Sequence[object], kwargs: Dict[str, object],
+                  location: str) -> None:
+    """``F.one_hot`` needs a fixed, positive number of classes."""
+    num_classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+    if num_classes == -1:
+        raise dynamic_shape_error("one_hot", "one_hot", location)
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or \
+            num_classes < 1:
+        raise rule_error(
+            f"one_hot: num_classes must be a positive int, got "
+            f"{num_classes!r}. Pass the number of classes.", location)
 
 
 def zero_sized_error(shape: Iterable[int]) -> Error:

@@ -30,7 +30,8 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.typing import TensorFrame
 from torch_geometric.utils import cumsum
 
-from .._padding.columns import Columns
+from .._padding.columns import Columns, StorageColumns
+from .._padding.validate import check_local_indices
 from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
 from ..common import DataBatch as _DATA_BATCH
 
@@ -92,6 +93,10 @@ class _Offsets:
         # end; it adds them only when the last one is non-zero.
         self.active = int(self.ptr[-2]) != 0 if self.num_graphs else False
 
+    def real_counts(self, num_real_graphs: int) -> np.ndarray:
+        """The node counts of the real graphs."""
+        return self.counts.numpy()[:num_real_graphs]
+
     def incs(self, incremented: bool) -> Tensor:
         if incremented:
             return self.ptr[:-1].clone()
@@ -131,6 +136,12 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
         torch.stack(column, out=out.narrow(0, 0, num_real))
     else:
         columns.concat(spec.key, dim, out.narrow(dim, 0, num_real))
+        if spec.key == "edge_index" and not isinstance(columns,
+                                                       StorageColumns):
+            # The graphs' own indices, before the batch offsets: each must
+            # point to a node of its graph (a storage was checked once).
+            check_local_indices(out.narrow(dim, 0, num_real), real_sizes,
+                                offsets.real_counts(len(real_sizes)))
     out.narrow(dim, num_real, shape[dim] - num_real).fill_(spec.fill)
 
     incs = offsets.incs(spec.incremented)

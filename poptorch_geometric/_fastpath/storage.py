@@ -35,6 +35,8 @@ from torch import Tensor
 from torch.utils.data import Subset
 from torch_geometric.data import Data, Dataset, InMemoryDataset
 
+from .._padding.validate import first_out_of_range, out_of_range_error
+
 __all__: List[str] = []
 
 
@@ -117,12 +119,35 @@ class GraphStorage:
     def of(dataset: Any) -> Optional["GraphStorage"]:
         """The storage of ``dataset`` (possibly under ``Subset`` wrappers),
         or None when its graphs are not plain slices of one (see the module
-        docstring)."""
+        docstring). Its graphs' ``edge_index`` is checked once, here, so
+        that batches read from it need no check of their own."""
         dataset, subsets = unwrap_subsets(dataset)
         if not _reads_storage_slices(dataset):
             return None
         storage = GraphStorage(dataset, subsets)
-        return storage if storage._values else None
+        if not storage._values:
+            return None
+        storage.check_edge_index()
+        return storage
+
+    def check_edge_index(self) -> None:
+        """Raises unless every graph of this view has its ``edge_index``
+        entries in ``[0, num_nodes)`` (node counts from ``x``'s slices)."""
+        if not (self.serves("edge_index") and self.serves("x", 0)
+                and self._cat_dims["edge_index"] == 1):
+            return
+        rows = np.unique(self._rows)
+        sizes = self.sizes("edge_index", rows)
+        counts = self.sizes("x", rows)
+        found = first_out_of_range(
+            self.gather("edge_index",
+                        self.gather_index("edge_index", rows, sizes)),
+            sizes, counts)
+        if found is not None:
+            graph, value = found
+            index = int(np.flatnonzero(self._rows == rows[graph])[0])
+            raise out_of_range_error(f"Graph {index} of the dataset", value,
+                                     int(counts[graph]))
 
     def positions(self, indices: Sequence[int]) -> np.ndarray:
         """Storage rows of the dataset indices ``indices``."""

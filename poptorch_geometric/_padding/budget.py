@@ -84,6 +84,12 @@ class BatchRoom:
             {t: Room("edges", t, c, _limit(opts.num_edges, t, "edges"))
              for t, c in edge_counts.items()})
 
+    def without_graphs(self) -> "BatchRoom":
+        """The same budgets with no real graph: everything is padding."""
+        return BatchRoom(
+            {t: dataclasses.replace(r, counts=[]) for t, r in self.nodes.items()},
+            {t: dataclasses.replace(r, counts=[]) for t, r in self.edges.items()})
+
     def all(self) -> List[Room]:
         return [*self.nodes.values(), *self.edges.values()]
 

@@ -2,10 +2,13 @@
 
 Example::
 
-    >>> ds = NCITPSA(root="/tmp/pyg_data")           # doctest: +SKIP
-    >>> len(ds), ds[0]                               # doctest: +SKIP
-    (4991, Data(x=[9, 9], edge_index=[2, 18], edge_attr=[18, 3],
-     smiles='CC1=CC(=O)C=CC1=O', y=[1, 1]))
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     ds = NCITPSA(root=root)      # the first call processes (seconds)
+    >>> len(ds)
+    4991
+    >>> ds[0]
+    Data(x=[9, 9], edge_index=[2, 18], edge_attr=[18, 3], smiles=..., y=[1, 1])
 """
 import os
 import os.path as osp
@@ -70,13 +73,20 @@ class NCITPSA(InMemoryDataset):
 
     @property
     def raw_file_names(self) -> List[str]:
+        """The CSV file taken from the rdkit wheel."""
         return [_RAW_NAME]
 
     @property
     def processed_file_names(self) -> List[str]:
+        """The cache of processed graphs."""
         return ["data.pt"]
 
     def download(self) -> None:
+        """Copies the CSV from the installed rdkit wheel into ``raw_dir``.
+
+        Raises:
+            FileNotFoundError: the rdkit wheel does not ship the CSV.
+        """
         # "Download" is PyG's hook for missing raw files: copy, never fetch.
         with open(_rdkit_csv(), "rb") as src, \
                 atomic_write(osp.join(self.raw_dir, _RAW_NAME)) as dst:
@@ -91,6 +101,8 @@ class NCITPSA(InMemoryDataset):
             torch.save((data.to_dict(), slices, data.__class__), f)
 
     def process(self) -> None:
+        """Turns every SMILES that RDKit parses into a graph labelled with
+        its TPSA and saves them to the cache."""
         from rdkit import Chem, RDLogger
         from torch_geometric.utils import from_smiles
 

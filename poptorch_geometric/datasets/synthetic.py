@@ -65,9 +65,12 @@ class SyntheticMolecules(Dataset):
         super().__init__(root=None, transform=transform)
 
     def len(self) -> int:
+        """The number of graphs."""
         return self.num_graphs
 
     def get(self, idx: int) -> Data:
+        """Graph ``idx``, generated from ``(seed, idx)``: the same graph on
+        every access."""
         rng = np.random.default_rng([self.seed, idx])
         shape = 4.0  # (mean / std) ** 2 with std = mean / 2
         n = int(rng.gamma(shape, self.mean_num_nodes / shape))

@@ -112,15 +112,19 @@ def test_tracking_is_scoped_and_nests():
 
 def test_block_argument_validation():
     with pytest.raises(TypeError, match="user_id must be a string"):
-        poptorch.Block(0)
+        poptorch.Block([0])
     with pytest.raises(ValueError, match="ipu_id must be a non-negative"):
         poptorch.Block("a", -1)
     with pytest.raises(ValueError, match="ipu_id must be a non-negative"):
         poptorch.Block.start("a", "1")
     with pytest.raises(TypeError, match="user_id must be a string"):
-        poptorch.BeginBlock(torch.nn.ReLU(), user_id=3)
+        poptorch.BeginBlock(torch.nn.ReLU(), user_id=object())
     with pytest.raises(TypeError, match="user_id must be a string"):
-        poptorch.BlockFunction(1)
+        poptorch.BlockFunction(True)
+    # Numbers are accepted, as PopTorch does; the block id is their str().
+    with _block_tracking() as tracker:
+        poptorch.Block.start(3, 1)
+        assert tracker.seen_blocks() == [("3", 1)]
 
 
 # BeginBlock -----------------------------------------------------------

@@ -500,3 +500,23 @@ def test_dot_checkpoint_all_and_default_directory(tmp_path, monkeypatch):
     monkeypatch.delenv("POPTORCH_SIM_DOT_DIR")
     monkeypatch.chdir(tmp_path)
     assert os.path.dirname(ir.dot_checkpoint("X")[0]) == str(tmp_path)
+
+
+def test_compiled_model_ir_counts_replicas_and_transfers():
+    opts = poptorch.Options().deviceIterations(3).replicationFactor(2)
+    opts.Training.gradientAccumulation(2)
+    model = torch.nn.Linear(4, 1)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            out = self.model(x)
+            return out, poptorch.identity_loss(out.sum(), "mean")
+    ipu = poptorch.trainingModel(WithLoss(), opts)
+    ipu(torch.randn(3 * 2 * 2 * 5, 4))
+    assert ipu.ir.replication_factor == 2
+    assert ipu.ir.num_host_transfers == 3 * 2
+    assert ipu.ir.replica_grouping(group_size=2).assignment == [0, 0]

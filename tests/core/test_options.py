@@ -62,7 +62,9 @@ def test_defaults_match_spec():
         "simulator.execution_backend": "interpret",
         "simulator.host_device": "cpu",
         "simulator.ipu_version": 2,
-        "simulator.host_memory_pool": True
+        "simulator.memory_check": "warn",
+        "simulator.host_memory_pool": True,
+        "simulator.distributed_timeout": 60.0
     }
 
 

@@ -16,11 +16,16 @@ def _stream_pack(dataset, opts, **kwargs):
         fixed_size_strategy=FixedSizeStrategy.StreamPack, **kwargs)
 
 
-def test_nci_packing_efficiency(nci):
-    """The issue's goal: at least 97% of node and edge slots hold real
-    nodes and edges, nothing dropped, at 128 graphs per batch."""
-    opts = FixedSizeOptions.for_packing(nci, graphs_per_batch=128)
-    report = batching_efficiency(_stream_pack(nci, opts))
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_nci_packing_efficiency(nci, shuffle):
+    """At least 97% of node and edge slots hold real nodes and edges,
+    nothing dropped, at 128 graphs per batch, with budgets for the order
+    the loader uses (the benchmark measures the exact figures)."""
+    opts = FixedSizeOptions.for_packing(nci, graphs_per_batch=128,
+                                        shuffle=shuffle)
+    report = batching_efficiency(_stream_pack(
+        nci, opts, shuffle=shuffle,
+        generator=torch.Generator().manual_seed(7)))
     assert report.skipped_graphs == 0
     assert report.real_graphs == len(nci)
     assert report.real_nodes == sum(g.num_nodes for g in nci)
@@ -67,7 +72,9 @@ def _pyg_steps(dataset, batch_size):
 
 
 def test_for_batch_size_takes_no_more_steps_than_pyg_on_nci(nci):
-    opts = FixedSizeOptions.for_batch_size(nci, batch_size=128)
+    # In the dataset's order, which these budgets are checked against.
+    opts = FixedSizeOptions.for_batch_size(nci, batch_size=128,
+                                           shuffle=False)
     assert opts.num_graphs > 128
     report = batching_efficiency(_stream_pack(nci, opts))
     assert report.skipped_graphs == 0
@@ -81,7 +88,8 @@ def test_for_batch_size_takes_no_more_steps_than_pyg_on_nci(nci):
 @pytest.mark.parametrize("batch_size", [1, 3, 16, 299, 400])
 def test_for_batch_size_on_small_datasets(batch_size):
     ds = SyntheticMolecules(300, seed=2)
-    opts = FixedSizeOptions.for_batch_size(ds, batch_size=batch_size)
+    opts = FixedSizeOptions.for_batch_size(ds, batch_size=batch_size,
+                                           shuffle=False)
     batches = list(_stream_pack(ds, opts))
     assert len(batches) <= _pyg_steps(ds, batch_size)
     assert sum(int(b.graphs_mask.sum()) for b in batches) == len(ds)

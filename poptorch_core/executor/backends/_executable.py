@@ -64,6 +64,9 @@ class Executable:
             self._fn = graph_module
 
     def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The graph's outputs, as a list, for ``tensors`` (parameters,
+        buffers, then inputs). The ``compile`` backend compiles on the first
+        call."""
         if self.backend == "compile":
             before = _compilations
             out = self._fn(*tensors)

@@ -24,10 +24,13 @@ written in place, or alias a graph input or output.
 
 Example::
 
-    >>> gm = lower_for_host(captured.graph_module)
-    >>> any(n.target is torch.ops.poptorch.identity_loss.default
-    ...     for n in gm.graph.nodes)
-    False
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def loss(x):
+    ...     return poptorch.identity_loss(x.tanh(), reduction="mean")
+    >>> captured = make_fx(loss)(torch.ones(3))
+    >>> [str(n.target) for n in lower_for_host(captured).graph.nodes
+    ...  if n.op == "call_function"]
+    ['aten.tanh.default', 'aten.mean.default']
 """
 from typing import Optional
 

@@ -1,0 +1,80 @@
+"""GAT on Cora on the simulated IPU: PyG's examples/gat.py, converted.
+
+Run with --cpu-reference to also run the unconverted script,
+examples/pyg/reference/gat.py, and compare.
+"""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import poptorch
+import poptorch_geometric as pyg_ipu
+import torch_geometric.transforms as T
+from torch_geometric.datasets import Planetoid
+from torch_geometric.nn import GATConv
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent if HERE.name == "reference" else HERE))
+from _pyg_common import data_root, finish, log, parse_args  # noqa: E402
+
+args = parse_args(epochs=200, hidden_channels=8, heads=8, lr=0.005,
+                  dropout=0.6)
+
+# --- data loading ---
+dataset = Planetoid(data_root(args), 'Cora',
+                    transform=T.Compose([T.AddSelfLoops(), T.NormalizeFeatures()]))
+data = dataset[0]
+# --- end of data loading ---
+
+
+class GAT(torch.nn.Module):
+    def __init__(self, in_channels, hidden_channels, out_channels, heads):
+        super().__init__()
+        self.conv1 = GATConv(in_channels, hidden_channels, heads, dropout=args.dropout, add_self_loops=False)
+        # On the Pubmed dataset, use `heads` output heads in `conv2`.
+        self.conv2 = GATConv(hidden_channels * heads, out_channels, heads=1,
+                             concat=False, dropout=args.dropout, add_self_loops=False)
+
+    def forward(self, x, edge_index):
+        x = F.dropout(x, p=args.dropout, training=self.training)
+        x = F.elu(self.conv1(x, edge_index))
+        x = F.dropout(x, p=args.dropout, training=self.training)
+        x = self.conv2(x, edge_index)
+        return x
+
+
+model = GAT(dataset.num_features, args.hidden_channels, dataset.num_classes,
+            args.heads)
+optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
+train_model = poptorch.trainingModel(pyg_ipu.with_loss(model, F.cross_entropy, mask='train_mask'), optimizer=optimizer)
+test_model = poptorch.inferenceModel(model.eval())
+
+
+def train():
+    model.train()
+    out, loss = train_model(data)
+    return float(loss)
+
+
+@torch.no_grad()
+def test():
+    model.eval()
+    pred = test_model(data.x, data.edge_index).argmax(dim=-1)
+
+    accs = []
+    for mask in [data.train_mask, data.val_mask, data.test_mask]:
+        accs.append(int((pred[mask] == data.y[mask]).sum()) / int(mask.sum()))
+    return accs
+
+
+best_val_acc = test_acc = 0
+for epoch in range(1, args.epochs + 1):
+    loss = train()
+    train_acc, val_acc, tmp_test_acc = test()
+    if val_acc > best_val_acc:
+        best_val_acc = val_acc
+        test_acc = tmp_test_acc
+    log(Epoch=epoch, Loss=loss, Train=train_acc, Val=val_acc, Test=test_acc)
+finish(Loss=loss, Val=best_val_acc, Test=test_acc)

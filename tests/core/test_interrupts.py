@@ -1,0 +1,86 @@
+"""Ctrl-C during a training call with many device iterations: the call
+stops between optimizer steps, says how many it applied, and the model,
+optimizer state and host weights agree with an eager loop of that many
+steps."""
+import copy
+import signal
+
+import pytest
+import torch
+
+import poptorch
+from ._models import MLP
+
+DEVICE_ITERATIONS = 5
+
+
+def _setup():
+    torch.manual_seed(0)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    opts = poptorch.Options().deviceIterations(DEVICE_ITERATIONS)
+    ipu = poptorch.trainingModel(
+        model, opts, torch.optim.Adam(model.parameters(), lr=0.01))
+    x = torch.randn(DEVICE_ITERATIONS * 4, 4)
+    y = torch.randn(DEVICE_ITERATIONS * 4, 3)
+    ipu.compile(x, y)
+    return model, reference, ipu, x, y
+
+
+def _eager_steps(model, x, y, steps):
+    """``steps`` Adam steps on the first micro-batches, in plain PyTorch."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for i in range(steps):
+        optimizer.zero_grad()
+        model(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
+        optimizer.step()
+    return optimizer
+
+
+def _assert_same_weights(model, reference):
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_ctrl_c_while_a_step_updates_the_weights_finishes_that_step():
+    model, reference, ipu, x, y = _setup()
+    optimizer = ipu._state.program.device_optimizer
+    step, calls = optimizer.step, []
+
+    def step_then_ctrl_c(divisor):
+        calls.append(divisor)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)  # arrives mid-update
+        step(divisor)
+    optimizer.step = step_then_ctrl_c
+    with pytest.raises(KeyboardInterrupt, match=(
+            "call of 5 device iteration.*2 optimizer step.* were applied")):
+        ipu(x, y)
+    _eager_steps(reference, x, y, 2)
+    _assert_same_weights(model, reference)
+
+
+def test_ctrl_c_while_gradients_are_computed_discards_that_step():
+    model, reference, ipu, x, y = _setup()
+    program = ipu._state.program
+    run, runs = program.executable.run, []
+
+    def run_then_ctrl_c(tensors):
+        runs.append(1)
+        if len(runs) == 4:  # the 4th iteration's forward
+            raise KeyboardInterrupt
+        return run(tensors)
+    program.executable.run = run_then_ctrl_c
+    with pytest.raises(KeyboardInterrupt, match="3 optimizer step"):
+        ipu(x, y)
+    assert all(p.grad is None for p in program.state.params)
+    eager_optimizer = _eager_steps(reference, x, y, 3)
+    _assert_same_weights(model, reference)
+    # The next call continues from there, as the eager loop does.
+    program.executable.run = run
+    ipu(x, y)
+    for i in range(DEVICE_ITERATIONS):
+        eager_optimizer.zero_grad()
+        reference(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
+        eager_optimizer.step()
+    _assert_same_weights(model, reference)

@@ -1,0 +1,134 @@
+"""Packing with a lookahead window: every graph once, the padding-room rule
+in every batch, order kept up to the window, greedy when the window is 0,
+and the loaders' budgets and lookahead working together."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import Data
+
+import poptorch_geometric as pyg_ipu
+from poptorch_geometric import StreamPackingSampler
+from poptorch_geometric._best_fit import best_fit_batches
+from poptorch_geometric.datasets import SyntheticMolecules
+
+
+def _dataset(nodes, edges):
+    return [Data(num_nodes=n, edge_index=torch.zeros(2, e, dtype=torch.long))
+            for n, e in zip(nodes, edges)]
+
+
+def _greedy_reference(nodes, edges, max_graphs, max_nodes, max_edges):
+    """PopTorch's rule, one sample at a time, as its documentation gives
+    it."""
+    batches, batch, n, e = [], [], 0, 0
+    for i, (num_nodes, num_edges) in enumerate(zip(nodes, edges)):
+        graphs_left = max_graphs - (len(batch) + 1)
+        if not (graphs_left >= 0 and max_nodes - (n + num_nodes) >= graphs_left
+                and max_edges - (e + num_edges) >= graphs_left):
+            batches.append(batch)
+            batch, n, e = [], 0, 0
+        batch.append(i)
+        n, e = n + num_nodes, e + num_edges
+    return batches + [batch]
+
+
+sizes_strategy = st.lists(st.tuples(st.integers(1, 12), st.integers(0, 20)),
+                          min_size=1, max_size=60)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=sizes_strategy, max_graphs=st.integers(1, 8),
+       slack_nodes=st.integers(0, 30), slack_edges=st.integers(0, 40),
+       lookahead=st.sampled_from([0, 1, 3, 10, 100]))
+def test_every_graph_once_rule_kept_order_bounded(sizes, max_graphs,
+                                                  slack_nodes, slack_edges,
+                                                  lookahead):
+    nodes = np.array([s[0] for s in sizes])
+    edges = np.array([s[1] for s in sizes])
+    # Budgets every graph fits (alone, with the padding room).
+    max_nodes = int(nodes.max()) + max_graphs - 1 + slack_nodes
+    max_edges = max(int(edges.max()), 1) + max_graphs - 1 + slack_edges
+    batches = [b.tolist() for b in best_fit_batches(
+        nodes, edges, max_graphs, max_nodes, max_edges, lookahead)]
+    assert sorted(i for b in batches for i in b) == list(range(len(nodes)))
+    packed = set()
+    for batch in batches:
+        assert batch == sorted(batch) and 0 < len(batch) <= max_graphs
+        free = max_graphs - len(batch)
+        assert max_nodes - nodes[batch].sum() >= free
+        assert max_edges - edges[batch].sum() >= free
+        # Each batch starts with the oldest graph not yet packed, and takes
+        # nothing beyond the window that starts there.
+        oldest = min(set(range(len(nodes))) - packed)
+        assert batch[0] == oldest
+        assert batch[-1] < oldest + max(lookahead, max_graphs)
+        packed.update(batch)
+    if lookahead == 0:
+        assert batches == _greedy_reference(nodes, edges, max_graphs,
+                                            max_nodes, max_edges)
+
+
+def test_lookahead_fills_what_greedy_leaves_empty():
+    # 3 graphs and 12 nodes per batch: greedy closes the first batch at
+    # 6 + 4 nodes (the next graph has 4); the window holds a 2-node graph
+    # that fits the room greedy leaves.
+    nodes = np.array([6, 4, 4, 2, 2, 1])
+    edges = np.ones_like(nodes)
+    greedy = [b.tolist() for b in best_fit_batches(nodes, edges, 3, 12, 20,
+                                                   0)]
+    topped = [b.tolist() for b in best_fit_batches(nodes, edges, 3, 12, 20,
+                                                   6)]
+    assert greedy == [[0, 1], [2, 3, 4], [5]]
+    assert topped == [[0, 1, 3], [2, 4, 5]]
+
+
+def test_sampler_with_lookahead_is_deterministic_and_complete():
+    ds = SyntheticMolecules(300, seed=3)
+    opts = pyg_ipu.FixedSizeOptions.for_packing(ds, 16)
+    assert opts.packing_lookahead > 0
+
+    def epoch():
+        order = torch.randperm(len(ds), generator=torch.Generator()
+                               .manual_seed(0)).tolist()
+        return list(StreamPackingSampler(
+            ds, 15, opts.num_nodes - 1, opts.num_edges - 1,
+            base_sampler=order, lookahead=opts.packing_lookahead))
+    first = epoch()
+    assert first == epoch()
+    assert sorted(i for b in first for i in b) == list(range(len(ds)))
+
+
+def test_lookahead_needs_sizes_that_do_not_change():
+    class WithTransform(list):
+        transform = staticmethod(lambda data: data)
+    ds = WithTransform(_dataset([2, 3], [1, 1]))
+    with pytest.raises(ValueError, match="transform: use lookahead=0"):
+        StreamPackingSampler(ds, 2, 8, 8, lookahead=4)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        StreamPackingSampler(_dataset([2], [1]), 2, 8, 8, lookahead=-1)
+
+
+def test_loader_packs_with_the_budgets_lookahead():
+    ds = SyntheticMolecules(400, seed=5)
+    opts = pyg_ipu.FixedSizeOptions.for_batch_size(ds, 32)
+    loader = pyg_ipu.FixedSizeDataLoader(
+        ds, batch_size=opts.num_graphs, fixed_size_options=opts,
+        fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
+        shuffle=True, generator=torch.Generator().manual_seed(1))
+    assert loader.batch_sampler.lookahead == opts.packing_lookahead > 0
+    seen = []
+    for batch in loader:
+        assert batch.x.shape[0] == opts.num_nodes
+        assert batch.graphs_mask.shape[0] == opts.num_graphs
+        seen.append(int(batch.graphs_mask.sum()))
+    assert sum(seen) == len(ds)
+
+
+def test_greedy_options_keep_poptorch_packing():
+    ds = SyntheticMolecules(200, seed=1)
+    opts = pyg_ipu.FixedSizeOptions.for_packing(ds, 16, lookahead=0)
+    assert opts.packing_lookahead == 0
+    with pytest.raises(ValueError, match="lookahead"):
+        pyg_ipu.FixedSizeOptions.for_packing(ds, 16, lookahead=-2)
