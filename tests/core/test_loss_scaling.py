@@ -95,3 +95,43 @@ def test_float16_training_with_loss_scaling(name, factor):
         assert p.dtype == torch.float16
         torch.testing.assert_close(p, q, rtol=2e-3, atol=2e-3)
 
+
+
+class _TinyGradients(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1, bias=False)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, torch.nn.functional.mse_loss(out, y)
+
+
+def test_float16_loss_scaling_keeps_gradients_too_small_for_float16():
+    """What loss scaling is for: float16 gradients of about 1e-9 underflow
+    to zero, those of ``loss * 16384`` do not, and unscaling them in
+    float32 gives the optimizer the true gradient. Adam's step barely
+    depends on the gradient's size, so the weights must move by about
+    ``lr``, as in the float32 reference."""
+    torch.manual_seed(3)
+    model = _TinyGradients().half()
+    reference = copy.deepcopy(model)
+    masters = [torch.nn.Parameter(p.detach().float())
+               for p in reference.parameters()]
+    kwargs = {"lr": 0.01, "eps": 1e-10}
+    ipu_model = poptorch.trainingModel(
+        model, optimizer=poptorch.optim.Adam(model.parameters(),
+                                             loss_scaling=16384.0, **kwargs))
+    gen = torch.Generator().manual_seed(8)
+    x = (1e-5 * torch.randn(8, 4, generator=gen)).half()
+    y = (1e-4 * torch.randn(8, 1, generator=gen)).half()
+    start = reference.fc.weight.detach().clone()
+    optimizer = torch.optim.Adam(masters, **kwargs)
+    for _ in range(2):
+        ipu_model(x, y)
+        train_call(reference, optimizer, (x, y), loss_scaling=16384.0,
+                   masters=masters)
+    moved = (reference.fc.weight - start).abs()
+    assert bool((moved > 0.005).all())  # the reference does train
+    torch.testing.assert_close(model.fc.weight, reference.fc.weight,
+                               rtol=2e-3, atol=2e-3)
