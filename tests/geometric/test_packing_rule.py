@@ -1,6 +1,7 @@
 """The packing budgets against a brute-force search written from the rule
-that ``FixedSizeOptions.for_packing`` documents: next-fit packing in
-dataset order, each batch leaving one node and one edge for every free
+that ``FixedSizeOptions.for_packing`` documents, for PopTorch's greedy
+packing (``lookahead=0``) in the dataset's order (``shuffle=False``):
+next-fit packing, each batch leaving one node and one edge for every free
 graph slot and at least one slot for the padding graph; the edge budget
 follows the node budget by the dataset's edges-per-node ratio; for each
 batch count B from the fewest the graph slots allow to twice that, the
@@ -68,7 +69,8 @@ def _brute_force_budgets(sizes, num_graphs):
 def test_for_packing_matches_the_brute_force_rule(seed, num_graphs):
     dataset = SyntheticMolecules(40, seed=seed)
     sizes = [(g.num_nodes, g.num_edges) for g in dataset]
-    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=num_graphs)
+    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=num_graphs,
+                                        shuffle=False, lookahead=0)
     assert (opts.num_nodes, opts.num_edges) == \
         _brute_force_budgets(sizes, num_graphs)
     assert opts.num_graphs == num_graphs
