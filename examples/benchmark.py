@@ -151,6 +151,7 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
                 backend, mode, args.device_iterations)
     results: Dict[str, Dict[str, Any]] = {}
     for name, setup in setups.items():
+        progress(f"training {name}: warm-up epoch")
         start = time.perf_counter()
         setup.epoch()
         results[name] = {"first_epoch_s": time.perf_counter() - start,
@@ -158,7 +159,9 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
                          "epochs": []}
     graphs_and_steps: Dict[str, List[Tuple[int, int]]] = {
         name: [] for name in setups}
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
+        progress(f"training: measured epoch {epoch + 1} of {args.epochs} "
+                 f"of each of {len(setups)} setups")
         for name, setup in setups.items():
             start = time.perf_counter()
             graphs, steps = setup.epoch()
@@ -282,15 +285,42 @@ def print_table(record: Dict[str, Any]) -> None:
     print(f"simulated IPU: {record['simulated_ipu']['summary']}")
 
 
+_START = time.perf_counter()
+
+
+def progress(stage: str) -> None:
+    """One line on stderr per stage of the run, with the time so far (the
+    full run takes minutes)."""
+    print(f"[benchmark {time.perf_counter() - _START:6.0f} s] {stage} ...",
+          file=sys.stderr, flush=True)
+
+
+_WORDS = {"pyg": "PyG", "eager": "eager loop", "sync": "Sync",
+          "async": "Async", "over": "/", "interpret": "interpret",
+          "compile": "compile"}
+
+
+def ratio_label(key: str) -> str:
+    """``training_compile_sync_over_pyg_eager`` -> ``Training, compile
+    Sync / PyG eager loop``: readable words for a chart."""
+    head, _, rest = key.partition("_")
+    words = [_WORDS.get(word, word) for word in rest.split("_")]
+    return f"{head.capitalize()}, {' '.join(words)}"
+
+
 def plot(record: Dict[str, Any], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ratios = record["ratios"]
     names = list(ratios)
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
-    ax.barh(names, [ratios[n] for n in names], color="#4c72b0")
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(names) + 1.5))
+    bars = ax.barh([ratio_label(n) for n in names],
+                   [ratios[n] for n in names], color="#4c72b0")
+    ax.bar_label(bars, fmt="%.2f", padding=3)
+    ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.margins(x=0.15)
     ax.set_xlabel("ratio (higher is better, except executor overhead)")
     ax.set_title("poptorch-sim benchmark (ratios in one run)")
     fig.tight_layout()
@@ -319,7 +349,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "measurements (default: torch's choice)")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out", default="bench_out/benchmark.json")
-    parser.add_argument("--plot", default=None, help="write a PNG chart here")
+    parser.add_argument("--plot", default=None, metavar="PATH.png",
+                        help="also write a PNG chart of the ratios to this "
+                             "path")
     args = parser.parse_args(argv)
     if args.quick:
         args.limit = args.limit or 2000
@@ -337,8 +369,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # collation runs single-threaded in workers
+    progress(f"collation ({args.repeats} passes)")
     collation = collation_throughput(dataset, args.repeats)
     torch.set_num_threads(threads)
+    progress("packing efficiency per lookahead window")
     packing = slot_efficiency(dataset)
     sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset, GRAPHS_PER_BATCH)
     record: Dict[str, Any] = {
@@ -353,8 +387,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "collation": collation,
         "packing": packing,
         "training": training_throughput(dataset, sizes, args),
-        "overhead": executor_overhead(dataset, sizes, args),
     }
+    progress(f"executor overhead ({args.overhead_rounds} rounds)")
+    record["overhead"] = executor_overhead(dataset, sizes, args)
     record["compilations"] = {
         f"{name} ({key.split('_', 1)[1].replace('_', ' ')})": result[key]
         for name, result in record["training"].items()

@@ -29,20 +29,23 @@ from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
 from .metrics import count_real, num_real_graphs, num_real_nodes
 from .model_with_loss import ModelWithLoss, with_loss
+from .override import _TorchGeometricOpsSubstitutionManager
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
+from .utils import TrainingStepper, set_aggregation_dim_size
+from . import ops
 
 #: The PopTorch Geometric API version this package reproduces (upstream's
 #: build wrote it over an "@VERSION@-@SNAPSHOT@" template; here it is real).
 __version__ = poptorch.__version__
 
-# Later modules (training utilities, the PyG op overrides) add their names
-# here and to the imports above.
 __all__ = [
     "__version__",
     "FixedSizeDataLoader",
     "FixedSizeOptions",
     "FixedSizeStrategy",
+    "set_aggregation_dim_size",
+    "TrainingStepper",
     "make_exclude_keys",
     "OverSizeStrategy",
     "PyGArgsParser",
@@ -60,9 +63,19 @@ __all__ = [
     "ModelWithLoss",
     "num_real_graphs",
     "num_real_nodes",
+    "ops",
     "with_loss",
     "registerCustomArgParsers",
 ]
 
+
+@call_once
+def _registerOverrides() -> None:
+    """Every PopTorch model capture enters the PyG op substitutions."""
+    poptorch._OverwriteContextManager.registerSubsitutionManager(
+        _TorchGeometricOpsSubstitutionManager)
+
+
+_registerOverrides()
 registerCustomArgParsers()
 _known_fixes.register()

@@ -17,6 +17,7 @@ Example::
     [True, True, False, False, False]
 """
 import enum
+import os
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
@@ -115,6 +116,7 @@ class FixedSizeCollater(Collater):
                  *,
                  fast_path: bool = True) -> None:
         super().__init__(follow_batch=follow_batch, exclude_keys=exclude_keys)
+        _check_budgets_fit_memory(fixed_size_options)
         self.opts = fixed_size_options
         self.add_masks_to_batch = add_masks_to_batch
         self.trim_nodes = trim_nodes
@@ -226,9 +228,10 @@ class FixedSizeCollater(Collater):
         if hetero and not self.opts.is_hetero():
             self.opts.to_hetero(first.node_types, first.edge_types)
         types = set(map(type, data_list))
-        assert len(types) == 1, (
-            "All graphs of a batch must have the same type, got "
-            f"{sorted(t.__name__ for t in types)}.")
+        if len(types) != 1:
+            raise AssertionError(
+                "All graphs of a batch must have the same type, got "
+                f"{sorted(t.__name__ for t in types)}.")
         return hetero
 
     def _check_graphs(self, data_list: List[BaseData],
@@ -287,11 +290,12 @@ class FixedSizeCollater(Collater):
             self.labels_type = self.LabelsType.NODE_LVL if per_node \
                 else self.LabelsType.GRAPH_LVL
             return
-        assert per_node and self.labels_type is not None, (
-            "Incorrect input data: the labels y must be graph-level "
-            "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
-            "num_nodes for every graph); got rows "
-            f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
+        if not (per_node and self.labels_type is not None):
+            raise AssertionError(
+                "Incorrect input data: the labels y must be graph-level "
+                "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
+                "num_nodes for every graph); got rows "
+                f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
 
     def _trim(self, data_list: List[BaseData], room: BatchRoom, kind: str,
               num_pad_graphs: int) -> List[BaseData]:
@@ -365,6 +369,32 @@ class FixedSizeCollater(Collater):
             batch[t].edges_mask = _prefix_mask(r.limit, r.real)
 
 
+def _physical_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
+    """Raises when one batch's ``edge_index`` alone (two int64 per edge
+    slot) would not fit this machine's memory: a budget that large is a
+    mistake (typically the fully connected default of a large node
+    budget), better said now than as a failed allocation later."""
+    memory = _physical_memory()
+    edges = opts.total_num_edges
+    if memory is None or 16 * edges <= memory:
+        return
+    raise ValueError(
+        f"The edge budget of {edges} edge slots per batch needs "
+        f"{16 * edges / 2**30:,.0f} GiB for edge_index alone, more than this "
+        f"machine's {memory / 2**30:,.0f} GiB (without num_edges, "
+        "FixedSizeOptions assumes fully connected graphs: num_nodes x "
+        "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
+        "data with FixedSizeOptions.from_dataset, for_packing or "
+        "for_batch_size.")
+
+
 def _prefix_mask(length: int, num_true: int) -> torch.Tensor:
     return torch.arange(length) < num_true
 
@@ -410,9 +440,10 @@ class CombinedBatchingCollater:
     def __call__(self, batch_list: List[Any]) -> Batch:
         size = self.mini_batch_size or len(batch_list)
         if self.num_mini_batches is None:
-            assert len(batch_list) % size == 0, (
-                f"Invalid batch size: {len(batch_list)} samples do not split "
-                f"into mini-batches of {size}.")
+            if len(batch_list) % size != 0:
+                raise AssertionError(
+                    f"Invalid batch size: {len(batch_list)} samples do not split "
+                    f"into mini-batches of {size}.")
         batches = [self.collater(batch_list[i:i + size])
                    for i in range(0, len(batch_list), size)]
         missing = (self.num_mini_batches or 0) - len(batches)

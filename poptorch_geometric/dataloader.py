@@ -217,10 +217,11 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
                                 generator: Any, allow_skip_data: bool) -> Any:
         options = self._split_options
         if options is not None and shuffle and generator is None:
-            assert options.exists("random_seed"), (
-                "When using auto_distributed_partitioning you must set "
-                "poptorch.Options.randomSeed() to ensure that tensors are in "
-                "the same order in all processes.")
+            if not options.exists("random_seed"):
+                raise AssertionError(
+                    "When using auto_distributed_partitioning you must set "
+                    "poptorch.Options.randomSeed() to ensure that tensors are in "
+                    "the same order in all processes.")
             # Every process packs the same shuffled order, epoch after epoch.
             generator = torch.Generator().manual_seed(options.random_seed)
         sampler = super()._create_packing_sampler(

@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 
 from torch_geometric.data import HeteroData
 from torch_geometric.data.summary import Summary
+from torch_geometric.transforms.pad import Padding
 from torch_geometric.typing import EdgeType, NodeType
 
 from ._best_fit import DEFAULT_LOOKAHEAD
@@ -25,12 +26,26 @@ Count = Union[int, Dict[Any, int]]
 
 
 def validate_num_graphs(num_graphs: int) -> None:
-    """Raises ``ValueError`` unless a batch has room for at least one real
-    graph and one padding graph."""
+    """Raises ``TypeError`` unless ``num_graphs`` is an int and
+    ``ValueError`` unless a batch has room for at least one real graph and
+    one padding graph."""
+    if isinstance(num_graphs, bool) or \
+            not isinstance(num_graphs, numbers.Integral):
+        raise TypeError(f"num_graphs must be an int, got {num_graphs!r} "
+                        f"({type(num_graphs).__name__}).")
     if num_graphs < 2:
         raise ValueError(
             f"num_graphs ({num_graphs}) must be at least 2: a fixed-size "
             "batch needs at least one real graph and one padding graph.")
+
+
+def _check_pad_value(name: str, value: Any) -> None:
+    if value is None or isinstance(value, Padding) or (
+            isinstance(value, numbers.Number) and not isinstance(value, bool)):
+        return
+    raise TypeError(
+        f"{name} must be a number or a torch_geometric.transforms.pad "
+        f"Padding object, got {value!r} ({type(value).__name__}).")
 
 
 def _check_count(name: str, value: Any, allow_empty: bool = False) -> None:
@@ -77,6 +92,10 @@ class FixedSizeOptions:
         _check_count("num_nodes", num_nodes)
         _check_count("num_edges", num_edges, allow_empty=True)
         validate_num_graphs(num_graphs)
+        for name, value in (("node_pad_value", node_pad_value),
+                            ("edge_pad_value", edge_pad_value),
+                            ("graph_pad_value", graph_pad_value)):
+            _check_pad_value(name, value)
         self.num_nodes = num_nodes
         if num_edges:
             self.num_edges = num_edges
@@ -173,6 +192,9 @@ class FixedSizeOptions:
             10
         """
         del sample_limit  # see the docstring
+        if len(dataset) == 0:
+            raise ValueError("The dataset is empty: fixed sizes come from "
+                             "its graphs, so it needs at least one.")
         validate_num_graphs(batch_size)
         summary = Summary.from_dataset(dataset, progress_bar=progress_bar)
 

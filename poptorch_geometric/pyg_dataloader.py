@@ -11,7 +11,7 @@ Example::
     (4, True)
 """
 import enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch.utils.data
 from torch.utils.data import RandomSampler, SequentialSampler
@@ -161,6 +161,9 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                  follow_batch: Optional[List[str]] = None,
                  exclude_keys: Optional[List[str]] = None,
                  **kwargs: Any) -> None:
+        if len(dataset) == 0:
+            raise ValueError("The dataset is empty: a FixedSizeDataLoader "
+                             "needs at least one graph.")
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_dataset(dataset, batch_size)
         # Later epochs reuse each graph object instead of rebuilding it.
@@ -169,35 +172,24 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         first = dataset[0]
         if isinstance(first, HeteroData) and not opts.is_hetero():
             opts.to_hetero(first.node_types, first.edge_types)
-        assert batch_size == opts.num_graphs, (
-            f"batch_size ({batch_size}) must equal "
-            f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
-            "is padded to num_graphs graphs.")
+        if batch_size != opts.num_graphs:
+            raise AssertionError(
+                f"batch_size ({batch_size}) must equal "
+                f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
+                "is padded to num_graphs graphs.")
         self.padded_batch_size = batch_size
-        batch_sampler = kwargs.pop("batch_sampler", None)
-
-        if fixed_size_strategy == FixedSizeStrategy.StreamPack:
-            if batch_sampler is not None:
-                raise ValueError(
-                    "A batch_sampler cannot be combined with "
-                    "FixedSizeStrategy.StreamPack, which makes its own "
-                    "(StreamPackingSampler); use PadToMax with a custom "
-                    "batch_sampler.")
-            batch_sampler = self._create_packing_sampler(
-                dataset, opts, shuffle, kwargs.get("generator"),
-                allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
-        elif fixed_size_strategy != FixedSizeStrategy.PadToMax:
-            raise NotImplementedError(
-                f"Unsupported fixed_size_strategy {fixed_size_strategy}.")
-
+        batch_sampler = self._choose_batch_sampler(
+            dataset, fixed_size_strategy, shuffle, kwargs,
+            allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
         if batch_sampler is not None:
             torch_batch_size, shuffle = 1, None
         else:
             torch_batch_size = batch_size - 1
         self.batch_sampler = batch_sampler
-        assert "collate_fn" not in kwargs, (
-            "FixedSizeDataLoader makes its own collate_fn (a "
-            "FixedSizeCollater); do not pass one.")
+        if "collate_fn" in kwargs:
+            raise AssertionError(
+                "FixedSizeDataLoader makes its own collate_fn (a "
+                "FixedSizeCollater); do not pass one.")
 
         collater = self._create_collater(
             fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
@@ -207,6 +199,28 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset=dataset, batch_size=torch_batch_size,
                          shuffle=shuffle, batch_sampler=batch_sampler,
                          collate_fn=collater, **kwargs)
+
+    def _choose_batch_sampler(self, dataset: Any,
+                              strategy: FixedSizeStrategy, shuffle: bool,
+                              kwargs: Dict[str, Any],
+                              allow_skip_data: bool) -> Any:
+        """The user's ``batch_sampler`` (PadToMax), the packing sampler
+        (StreamPack), or None (torch batches ``batch_size - 1`` graphs)."""
+        batch_sampler = kwargs.pop("batch_sampler", None)
+        if strategy == FixedSizeStrategy.StreamPack:
+            if batch_sampler is not None:
+                raise ValueError(
+                    "A batch_sampler cannot be combined with "
+                    "FixedSizeStrategy.StreamPack, which makes its own "
+                    "(StreamPackingSampler); use PadToMax with a custom "
+                    "batch_sampler.")
+            return self._create_packing_sampler(
+                dataset, self.fixed_size_options, shuffle,
+                kwargs.get("generator"), allow_skip_data=allow_skip_data)
+        if strategy != FixedSizeStrategy.PadToMax:
+            raise NotImplementedError(
+                f"Unsupported fixed_size_strategy {strategy}.")
+        return batch_sampler
 
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)

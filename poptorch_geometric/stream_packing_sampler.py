@@ -117,6 +117,9 @@ class StreamPackingSampler(Sampler[List[int]]):
                  allow_skip_data: bool = False,
                  lookahead: int = 0) -> None:
         super().__init__()
+        if len(data_source) == 0:
+            raise ValueError("The dataset is empty: StreamPackingSampler "
+                             "needs at least one sample to pack.")
         if base_sampler is not None and len(base_sampler) == 0:
             raise ValueError("The base sampler is empty: StreamPackingSampler"
                              " needs at least one sample to pack.")

@@ -211,3 +211,13 @@ def test_package_versions_are_real():
     for version in (poptorch_core.__version__, poptorch_geometric.__version__,
                     __simulator_version__):
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+
+
+def test_no_assert_statements_in_the_packages():
+    """Checks of user input must survive ``python -O``, which strips
+    ``assert``: they raise explicitly (AssertionError where PopTorch's
+    documented behaviour is one)."""
+    found = [f"{name}:{node.lineno}" for name, path in _modules().items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Assert)]
+    assert not found, "assert statements: " + ", ".join(found)

@@ -86,3 +86,16 @@ def test_packing_and_training_entries(record):
     assert data["training"]["pyg_eager"]["over_pyg_eager"] == 1.0
     assert data["training"]["interpret_sync"][
         "compilations_measured_epochs"] == 0
+
+
+def test_chart_labels_are_words_and_stages_are_announced(record, capsys):
+    benchmark, data = record
+    assert benchmark.ratio_label("training_compile_sync_over_pyg_eager") == \
+        "Training, compile Sync / PyG eager loop"
+    assert benchmark.ratio_label("collation_from_storage_over_pyg") == \
+        "Collation, from storage / PyG"
+    for key in data["ratios"]:
+        assert "_" not in benchmark.ratio_label(key)
+    benchmark.progress("collation (3 passes)")
+    err = capsys.readouterr().err
+    assert err.startswith("[benchmark ") and "collation (3 passes) ..." in err

@@ -81,6 +81,15 @@ GRAPH_CLASSIFICATION_SCHEMA = {
     "batch_size": int, "seed": int,
 }
 
+POINT_CLOUD_SCHEMA = {
+    "molecules": int, "embedding_failures": int, "train_molecules": int,
+    "val_molecules": int, "graph": str, "epochs": int,
+    "loss_history": [Number], "final_train_loss": Number, "val_mae": Number,
+    "val_mae_predicting_mean": Number, "train_graphs_per_second": Number,
+    "budgets": {**_BUDGETS, "edge_slots_in_forward": int},
+    "compilations": _COMPILATIONS, "backend": str,
+}
+
 
 def check_schema(record: Any, schema: Any, where: str = "record") -> None:
     """Asserts that ``record`` has exactly the shape of ``schema`` and that
@@ -348,3 +357,25 @@ def test_graph_classification_padding_is_inert_over_device_iterations(
     # One borderline graph may flip with float rounding.
     assert ipu["val_accuracy"] == pytest.approx(
         cpu["val_accuracy"], abs=1.5 / summary["val_graphs"])
+
+
+# --- point_cloud_molecules.py ---------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--quick"],
+                                  ["--graph", "knn", "--molecules", "40",
+                                   "--epochs", "2"]],
+                         ids=["radius_graph", "knn_graph"])
+def test_point_cloud_molecules_builds_its_graph_in_forward_and_learns(
+        argv, tmp_path, nci_data_root, capsys):
+    record = _run_main("point_cloud_molecules",
+                       [*argv, "--data-root", nci_data_root],
+                       tmp_path / "points.json")
+    check_schema(record, POINT_CLOUD_SCHEMA)
+    _assert_learns(record, record["epochs"])
+    assert record["graph"] == (argv[1] if argv[0] == "--graph" else
+                               "radius")
+    assert record["embedding_failures"] == 0
+    assert record["train_molecules"] + record["val_molecules"] == \
+        record["molecules"]
+    assert record["compilations"] == {"train": 0, "inference": 0}
+    assert "graph built in forward" in capsys.readouterr().out

@@ -140,9 +140,10 @@ class AsynchronousDataAccessor:
                              f"or None (wait for ever), got {timeout!r}")
         self._timeout = timeout
         if rebatched_size is not None:
-            assert isinstance(rebatched_size, int) and rebatched_size > 1, (
-                f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
-                " (use None to keep the dataset's batches)")
+            if not (isinstance(rebatched_size, int) and rebatched_size > 1):
+                raise AssertionError(
+                    f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
+                    " (use None to keep the dataset's batches)")
         self._drop_last = self._check_dataset(dataset, rebatched_size)
         self._dataset = dataset
         self._rebatched_size = rebatched_size
@@ -183,9 +184,10 @@ class AsynchronousDataAccessor:
                     "internally. Either use the existing one or set "
                     "mode='poptorch.DataLoaderMode.Sync' in the DataLoader.")
             drop_last = dataset._drop_last  # pylint: disable=protected-access
-            assert self._internal or drop_last or \
-                rebatched_size is not None or \
-                (dataset.combinedBatchSize or 1) <= 1, (
+            if not (self._internal or drop_last or \
+                    rebatched_size is not None or \
+                    (dataset.combinedBatchSize or 1) <= 1):
+                raise AssertionError(
                     "The 'drop_last=False' option from the DataLoader only "
                     "works if 'rebatched_size' is specified too.")
             return drop_last

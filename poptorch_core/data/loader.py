@@ -96,8 +96,9 @@ class DataLoader(torch.utils.data.DataLoader):
                  rebatched_worker_size: Optional[int] = None,
                  batch_sampler: Optional[Any] = None,
                  **kwargs: Any):
-        assert isinstance(options, Options), (
-            f"options must be a poptorch.Options, got {type(options).__name__}")
+        if not isinstance(options, Options):
+            raise AssertionError(
+                f"options must be a poptorch.Options, got {type(options).__name__}")
         options.freeze()
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
@@ -146,11 +147,12 @@ class DataLoader(torch.utils.data.DataLoader):
                         processes: int, num_workers: int,
                         kwargs: Dict[str, Any]) -> None:
         if auto_distributed_partitioning:
-            assert processes == 1, (
-                "auto_distributed_partitioning is not supported for an "
-                "IterableDataset: split the data between processes in the "
-                "dataset's __iter__ (see options.Distributed.processId and "
-                "numProcesses) and pass auto_distributed_partitioning=False.")
+            if processes != 1:
+                raise AssertionError(
+                    "auto_distributed_partitioning is not supported for an "
+                    "IterableDataset: split the data between processes in the "
+                    "dataset's __iter__ (see options.Distributed.processId and "
+                    "numProcesses) and pass auto_distributed_partitioning=False.")
         if num_workers > 1 and kwargs.get("worker_init_fn") is None:
             logger.warning(
                 "IterableDataset used with num_workers=%d but no "
@@ -163,13 +165,15 @@ class DataLoader(torch.utils.data.DataLoader):
                    kwargs: Dict[str, Any]) -> bool:
         """Installs the per-process sampler; returns torch's ``shuffle``."""
         opts = self._options
-        assert not shuffle or opts.exists("random_seed"), (
-            "When using auto_distributed_partitioning you must set "
-            "poptorch.Options.randomSeed() to ensure that tensors are in the "
-            "same order in all processes.")
-        assert self._combined_batch_size is not None, (
-            "batch_size=None not allowed when using "
-            "auto_distributed_partitioning.")
+        if not (not shuffle or opts.exists("random_seed")):
+            raise AssertionError(
+                "When using auto_distributed_partitioning you must set "
+                "poptorch.Options.randomSeed() to ensure that tensors are in the "
+                "same order in all processes.")
+        if self._combined_batch_size is None:
+            raise AssertionError(
+                "batch_size=None not allowed when using "
+                "auto_distributed_partitioning.")
         if shuffle and kwargs.get("sampler") is not None:
             raise ValueError(
                 "sampler option is mutually exclusive with shuffle")
@@ -197,9 +201,10 @@ class DataLoader(torch.utils.data.DataLoader):
                     "batch_sampler: the batch_sampler decides the batches. "
                     "Leave rebatched_worker_size unset.")
             if rebatched_worker_size is not None and cbs is not None:
-                assert rebatched_worker_size <= cbs, (
-                    f"The rebatched_worker_size ({rebatched_worker_size}) "
-                    f"must be <= to the combined batch size ({cbs})")
+                if rebatched_worker_size > cbs:
+                    raise AssertionError(
+                        f"The rebatched_worker_size ({rebatched_worker_size}) "
+                        f"must be <= to the combined batch size ({cbs})")
         elif rebatched_worker_size is not None:
             raise ValueError(
                 "rebatched_worker_size is only used with "
@@ -225,10 +230,11 @@ class DataLoader(torch.utils.data.DataLoader):
     def _start_accessor(self, async_options: Optional[Dict[str, Any]]
                         ) -> None:
         async_options = dict(async_options or {})
-        assert "rebatched_size" not in async_options, (
-            "The DataLoader sets the AsynchronousDataAccessor's "
-            "rebatched_size itself: use mode=DataLoaderMode.AsyncRebatched "
-            "and rebatched_worker_size instead.")
+        if "rebatched_size" in async_options:
+            raise AssertionError(
+                "The DataLoader sets the AsynchronousDataAccessor's "
+                "rebatched_size itself: use mode=DataLoaderMode.AsyncRebatched "
+                "and rebatched_worker_size instead.")
         if self._rebatched:
             async_options["rebatched_size"] = self._combined_batch_size
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access

@@ -52,8 +52,9 @@ class ArgsBinder:
         for p in self._params:
             if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
                 if used < len(args):
-                    assert p.name not in kwargs, \
-                        f"Parameter {p.name} was passed more than once"
+                    if p.name in kwargs:
+                        raise AssertionError(
+                            f"Parameter {p.name} was passed more than once")
                     value, used = args[used], used + 1
                 elif p.name in kwargs:
                     value = kwargs.pop(p.name)
@@ -77,9 +78,10 @@ class ArgsBinder:
                 else:
                     raise createPoptorchError(
                         f"Mandatory parameter {p.name} missing")
-        assert used == len(args), (
-            f"Too many arguments provided: expected at most {used} but got "
-            f"{len(args)}")
+        if used != len(args):
+            raise AssertionError(
+                f"Too many arguments provided: expected at most {used} but got "
+                f"{len(args)}")
         if kwargs:
             if not self._has_var_kw:
                 allowed = [p.name for p in self._params]
@@ -120,6 +122,19 @@ def _type_name(desc: Any) -> str:
     return str(desc[0])
 
 
+def _batch_size_hint(expected: torch.Size, got: torch.Size) -> str:
+    """A hint for inputs whose leading dimension alone changed: what a
+    loader of variable-size graph batches gives."""
+    if len(expected) != len(got) or not expected or \
+            expected[1:] != got[1:]:
+        return ""
+    return ("\nOnly the first dimension changed: batches from a loader that "
+            "batches graphs of different sizes (PyG's DataLoader) change "
+            "shape at every step. Use poptorch_geometric.FixedSizeDataLoader, "
+            "which pads every batch to the same shape, or give every call "
+            "the same batch size.")
+
+
 def _compare(name: str, expected: Any, got: Any) -> None:
     if expected == got:
         return
@@ -133,7 +148,8 @@ def _compare(name: str, expected: Any, got: Any) -> None:
             raise _mismatch(f"Data type mismatch for {name}: expected "
                             f"{expected[1]} but got {got[1]}.")
         raise _mismatch(f"Shape mismatch for {name}: expected {expected[2]} "
-                        f"but got {got[2]}.")
+                        f"but got {got[2]}." + _batch_size_hint(expected[2],
+                                                               got[2]))
     if kind == "value":
         raise _mismatch(f"Value mismatch for {name}: expected {expected[2]} "
                         f"but got {got[2]}.")

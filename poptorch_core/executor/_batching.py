@@ -56,18 +56,19 @@ class BatchLayout:
     def check_divisible(self, tensor: torch.Tensor) -> None:
         product = self.num_micro_batches
         batch = tensor.shape[0] if tensor.dim() > 0 else 1
-        assert batch % product == 0, (
-            f"Invalid batch dimension: In the input {tensor.shape}, the batch "
-            f"dimension ({batch}) must be a multiple of "
-            f"Options.deviceIterations({self.device_iterations}) * "
-            f"(Options.replicationFactor({self.replicas}) / "
-            f"Options.inputReplicaGrouping.input_group_size("
-            f"{self.input_group_size})) * "
-            f"Options.Training.gradientAccumulation("
-            f"{self.gradient_accumulation}) = {product} because it is used to "
-            "calculate the batch size which will be executed on the device "
-            "in any given iteration. For a full explanation see the batching "
-            "semantics page of the PopTorch documentation.")
+        if batch % product != 0:
+            raise AssertionError(
+                f"Invalid batch dimension: In the input {tensor.shape}, the batch "
+                f"dimension ({batch}) must be a multiple of "
+                f"Options.deviceIterations({self.device_iterations}) * "
+                f"(Options.replicationFactor({self.replicas}) / "
+                f"Options.inputReplicaGrouping.input_group_size("
+                f"{self.input_group_size})) * "
+                f"Options.Training.gradientAccumulation("
+                f"{self.gradient_accumulation}) = {product} because it is used to "
+                "calculate the batch size which will be executed on the device "
+                "in any given iteration. For a full explanation see the batching "
+                "semantics page of the PopTorch documentation.")
 
     def micro_shape(self, tensor: torch.Tensor) -> torch.Size:
         if tensor.dim() == 0:

@@ -61,8 +61,28 @@ def _checked_options(options: Optional[Options]) -> Options:
         raise createPoptorchError(
             f"Invalid type: 'options' is of type {type(options)} "
             "(Expected poptorch.Options)")
+    _check_batching(options)
     options.freeze()
     return options.clone()
+
+
+def _check_batching(options: Options) -> None:
+    """Settings that are each valid but do not fit together."""
+    replicas, group = options.replication_factor, options.input_group_size
+    if replicas % group:
+        raise createPoptorchError(
+            f"inputReplicaGrouping's group size ({group}) does not divide "
+            f"replicationFactor ({replicas}): each input group must be the "
+            f"same number of replicas. Use a group size that divides "
+            f"{replicas}, or set replicationFactor to a multiple of {group}.")
+    period = options.output_return_period
+    steps = options.device_iterations * options.Training.gradient_accumulation
+    if OutputMode(options.output_mode) == OutputMode.EveryN and steps % period:
+        raise createPoptorchError(
+            f"outputMode(EveryN, {period}) returns one result every {period} "
+            f"micro-batches, and a call has {steps} (deviceIterations x "
+            f"gradientAccumulation), which {period} does not divide: use a "
+            f"period that divides {steps}.")
 
 
 def _check_inference_options(options: Options) -> None:
@@ -108,6 +128,14 @@ class PoplarExecutor:
         if training:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.Final)
+            if not any(True for _ in state.user_model.parameters()):
+                raise createPoptorchError(
+                    "poptorch.trainingModel needs a model with parameters "
+                    f"to train, and this {type(state.user_model).__name__} "
+                    "has none. Run it with poptorch.inferenceModel, or check "
+                    "that its layers are registered as submodules (module "
+                    "attributes, nn.ModuleList or nn.ModuleDict, not a "
+                    "Python list).")
             if optimizer is None:
                 optimizer = SGD(state.user_model.parameters(), lr=0.01)
             state.optimizer_link = OptimizerLink(state, optimizer)
@@ -115,7 +143,8 @@ class PoplarExecutor:
             if options.defaultOutputMode():
                 options.outputMode(OutputMode.All)
             _check_inference_options(options)
-            assert optimizer is None, "Optimizer should be None for inference"
+            if optimizer is not None:
+                raise AssertionError("Optimizer should be None for inference")
         options.freeze()
         if training:
             _host_sync.wrap(state.user_model,
@@ -236,8 +265,8 @@ class PoplarExecutor:
     @_serialised
     def __call__(self, *args, **kwargs) -> Any:
         state = self._state
-        assert state.options.connection_type != ConnectionType.Never.value, \
-            _OFFLINE_CALL_MSG
+        if state.options.connection_type == ConnectionType.Never.value:
+            raise AssertionError(_OFFLINE_CALL_MSG)
         bound = self._binder.bind(args, kwargs)
         warn_once_on_mode_mismatch(state)
         if not state.compiled:
@@ -319,7 +348,8 @@ class PoplarExecutor:
         """Sets the optimizer (or updates its hyper-parameters on the
         device). Call it after changing the optimizer's attributes, e.g.
         after an LR scheduler step."""
-        assert self._state.training, "Optimizer should be None for inference"
+        if not self._state.training:
+            raise AssertionError("Optimizer should be None for inference")
         self._state.optimizer_link.set_optimizer(optimizer)
 
     # --- Device attachment --------------------------------------------------
@@ -337,9 +367,10 @@ class PoplarExecutor:
         """Attaches to the device again after :meth:`detachFromDevice`
         (the host weights are copied to the device)."""
         program = self._state.require_program()
-        assert self._state.options.connection_type != \
-            ConnectionType.Never.value, \
-            "Trying to attach to an offline device (ConnectionType.Never)"
+        if not (self._state.options.connection_type != \
+                ConnectionType.Never.value):
+            raise AssertionError(
+                "Trying to attach to an offline device (ConnectionType.Never)")
         if self._state.attached:
             raise createPoptorchError("Device is already attached")
         program.state.copy_to_device()
@@ -400,14 +431,16 @@ class PoplarExecutor:
         """The value of the tensor anchored as ``short_name`` with
         ``Options.anchorTensor`` after the last call."""
         memory = self._state.anchor_memory
-        assert short_name in memory, f"No tensor with name {short_name} found."
+        if short_name not in memory:
+            raise AssertionError(f"No tensor with name {short_name} found.")
         return memory[short_name]
 
     def getTensorNames(self) -> List[str]:
         """Names of the tensors of the compiled model that can be
         anchored."""
-        assert self._state.compiled, \
-            "Model must be compiled before calling getTensorNames"
+        if not self._state.compiled:
+            raise AssertionError(
+                "Model must be compiled before calling getTensorNames")
         return _anchors.tensor_names(self._state.program)
 
     def getPerfCounters(self) -> Dict[str, List[List[float]]]:

@@ -7,6 +7,7 @@ import torch
 
 from .._version import __version__
 from ..enums import ConnectionType
+from ..errors import createPoptorchError
 from ..options import Options
 from . import _host_sync
 from ._executor import PoplarExecutor
@@ -16,7 +17,12 @@ __all__ = ["trainingModel", "inferenceModel", "load"]
 
 
 def _unwrap_executor(model):
-    return model.model if isinstance(model, PoplarExecutor) else model
+    model = model.model if isinstance(model, PoplarExecutor) else model
+    if not isinstance(model, torch.nn.Module):
+        raise createPoptorchError(
+            f"PopTorch wraps a torch.nn.Module, got {type(model).__name__} "
+            f"({model!r:.60}): pass the model object itself.")
+    return model
 
 
 def trainingModel(model: torch.nn.Module, options: Optional[Options] = None,
@@ -90,10 +96,11 @@ def load(filename: str,
         True
     """
     data = read_metadata(filename)
-    assert data.get("model") is not None and data.get("training") is not None, (
-        f"{filename} holds no model (it was saved with export_model=False): "
-        "create the trainingModel / inferenceModel wrapper yourself and call "
-        "loadExecutable() on it instead.")
+    if not (data.get("model") is not None and data.get("training") is not None):
+        raise AssertionError(
+            f"{filename} holds no model (it was saved with export_model=False): "
+            "create the trainingModel / inferenceModel wrapper yourself and call "
+            "loadExecutable() on it instead.")
     options = data["options"].clone()
     if options.connection_type == ConnectionType.Never.value:
         options.connectionType(ConnectionType.Always)

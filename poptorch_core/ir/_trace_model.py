@@ -4,6 +4,7 @@ from typing import Any, Optional
 import torch
 
 from .. import _dtypes
+from ..errors import createPoptorchError
 from ..tracing.capture import capture_module, ipu_arguments, module_state
 from ._ir import Ir
 
@@ -31,6 +32,10 @@ def traceModel(model: torch.nn.Module, *args: Any, training: bool = False,
         >>> torch.allclose(g(model.weight, model.bias, x), model(x))
         True
     """
+    if not isinstance(model, torch.nn.Module):
+        raise createPoptorchError(
+            f"traceModel traces a torch.nn.Module, got "
+            f"{type(model).__name__}: pass the model object itself.")
     device = torch.device(options.Simulator.host_device if options is not None
                           else "cpu")
     excludes = options.source_location_excludes if options is not None \

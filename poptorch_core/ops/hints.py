@@ -75,8 +75,13 @@ def set_available_memory(tensor: torch.Tensor,
         raise createPoptorchError(
             "You may only set available memory for torch.tensor values. "
             f"{type(tensor)} is not supported.")
-    return _on_ipu(_set_available_memory, tensor,
-                   float(available_memory_proportion))
+    proportion = float(available_memory_proportion)
+    if not 0.0 < proportion <= 1.0:
+        raise ValueError(
+            f"available_memory_proportion must be in (0, 1], got "
+            f"{available_memory_proportion!r}: it is the share of each "
+            "tile's memory the op may use for temporaries.")
+    return _on_ipu(_set_available_memory, tensor, proportion)
 
 
 def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,
@@ -84,13 +89,15 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,
                      keep_precision: bool = False) -> torch.Tensor:
     """``torch.matmul(lhs, rhs)``, split into ``factor`` pieces along the
     dimension ``mode`` names when compiled for an IPU."""
-    assert isinstance(keep_precision, bool), (
-        f"keep_precision must be a bool (got {type(keep_precision).__name__})")
-    assert isinstance(factor, int), (
-        f"factor must be an int (got {type(factor).__name__})")
-    assert isinstance(mode, MatMulSerializationMode), (
-        f"mode must be a poptorch.MatMulSerializationMode (got "
-        f"{type(mode).__name__})")
+    if not isinstance(keep_precision, bool):
+        raise AssertionError(f"keep_precision must be a bool (got "
+                             f"{type(keep_precision).__name__})")
+    if not isinstance(factor, int):
+        raise AssertionError(
+            f"factor must be an int (got {type(factor).__name__})")
+    if not isinstance(mode, MatMulSerializationMode):
+        raise AssertionError(f"mode must be a poptorch.MatMulSerializationMode"
+                             f" (got {type(mode).__name__})")
     return _on_ipu(_set_matmul_serialization, torch.matmul(lhs, rhs),
                    mode.value, factor, keep_precision)
 

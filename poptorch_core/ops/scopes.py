@@ -67,7 +67,8 @@ class NameScope:
     (nested scopes join with ``/``)."""
 
     def __init__(self, name: str):
-        assert isinstance(name, str), 'Parameter to NameScope must be a string'
+        if not isinstance(name, str):
+            raise AssertionError('Parameter to NameScope must be a string')
         self.name = name
         self._annotation: List[contextlib.AbstractContextManager] = []
 
@@ -189,15 +190,17 @@ class MultiConv:
 
     def perConvReservedTiles(self, value: int) -> "MultiConv":
         """Tiles reserved per convolution."""
-        assert isinstance(value, int), (
-            f"perConvReservedTiles expects an int (got {type(value).__name__})")
+        if not isinstance(value, int):
+            raise AssertionError(f"perConvReservedTiles expects an int (got "
+                                 f"{type(value).__name__})")
         self._per_conv_reserved_tiles = value
         return self
 
     def cycleBackOff(self, value: float) -> "MultiConv":
         """Cycle back-off proportion of the planner."""
-        assert isinstance(value, float), (
-            f"cycleBackOff expects a float (got {type(value).__name__})")
+        if not isinstance(value, float):
+            raise AssertionError(
+                f"cycleBackOff expects a float (got {type(value).__name__})")
         self._cycle_back_off = value
         return self
 

@@ -66,6 +66,11 @@ class Optimizer:
         were passed (``None`` ones fall back to torch's defaults)."""
         torch_kwargs = {name: args[name] for name in _torch_arg_names(
             self._torch_class) if args[name] is not None}
+        for name, value in torch_kwargs.items():
+            if isinstance(value, (str, bytes)):
+                raise TypeError(
+                    f"{name} must be a number, got {value!r} "
+                    f"({type(value).__name__}): pass {name}=float(...).")
         self._torch_class.__init__(self, params, **torch_kwargs)
 
     def _init_poptorch(self, args: Mapping[str, Any],
@@ -87,6 +92,10 @@ class Optimizer:
                 value = EXTRA_DEFAULTS[name]
             if name.endswith("accum_type"):
                 check_accum_type(value)
+            elif isinstance(value, (str, bytes)):
+                raise TypeError(
+                    f"{name} must be a number, got {value!r} "
+                    f"({type(value).__name__}): pass {name}=float(...).")
             if name in ignored_extras:
                 continue
             if name in group_extras:

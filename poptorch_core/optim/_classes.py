@@ -332,15 +332,18 @@ def _check_signature(cls: type) -> None:
         cls._torch_class.__init__).parameters.values())
     names = [p.name for p in ours]
     expected = [p.name for p in theirs] + list(cls._extra_args)
-    assert names == expected, (
-        f"poptorch.optim.{cls.__name__} arguments {names} must be "
-        f"{cls._torch_class.__name__}'s followed by the extras: {expected}")
+    if names != expected:
+        raise AssertionError(
+            f"poptorch.optim.{cls.__name__} arguments {names} must be "
+            f"{cls._torch_class.__name__}'s followed by the extras: {expected}")
     for mine, torch_param in zip(ours, theirs):
-        assert mine.kind == torch_param.kind, (
-            f"poptorch.optim.{cls.__name__}: argument {mine.name} must be "
-            f"{torch_param.kind.description} as in torch")
-    assert all(p.default is None for p in ours[2:]), (
-        f"poptorch.optim.{cls.__name__}: every argument must default to None")
+        if mine.kind != torch_param.kind:
+            raise AssertionError(
+                f"poptorch.optim.{cls.__name__}: argument {mine.name} must be "
+                f"{torch_param.kind.description} as in torch")
+    if not all(p.default is None for p in ours[2:]):
+        raise AssertionError(
+            f"poptorch.optim.{cls.__name__}: every argument must default to None")
 
 
 for _cls in (SGD, Adam, AdamW, RMSprop):

@@ -108,8 +108,10 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
         if getattr(optimizer, "bias_correction", True):
             return _OptimizerType.LAMB
         return _OptimizerType.LAMB_NO_BIAS
-    assert False, ("Unsupported optimizer type. Types supported "
-                   f"{list(_SUPPORTED)}")
+    if not (False):
+        raise AssertionError(
+            "Unsupported optimizer type. Types supported "
+            f"{list(_SUPPORTED)}")
 
 
 def _common_group_flag(optimizer: torch.optim.Optimizer, flag: str,
@@ -117,9 +119,10 @@ def _common_group_flag(optimizer: torch.optim.Optimizer, flag: str,
     """The common value of the boolean group attribute ``flag``; asserts
     that every group has the same (a device optimizer has one variant)."""
     values = {bool(group.get(flag, default)) for group in optimizer.param_groups}
-    assert len(values) <= 1, (
-        f"All parameter groups of a {type(optimizer).__name__} optimizer "
-        f"must use the same value of '{flag}', got {sorted(values)}.")
+    if len(values) > 1:
+        raise AssertionError(
+            f"All parameter groups of a {type(optimizer).__name__} optimizer "
+            f"must use the same value of '{flag}', got {sorted(values)}.")
     return values == {True}
 
 

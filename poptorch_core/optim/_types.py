@@ -109,4 +109,5 @@ ACCUM_TYPE_ERROR = ("Accumulation types must be either torch.float32 or "
 
 def check_accum_type(value: Any) -> None:
     """Asserts that ``value`` is a dtype PopTorch can accumulate in."""
-    assert value in ACCUM_TYPES, ACCUM_TYPE_ERROR
+    if value not in ACCUM_TYPES:
+        raise AssertionError(ACCUM_TYPE_ERROR)

@@ -48,9 +48,10 @@ class VariableAttributes:
         self._variable_attributes.add(attr)
 
     def _check(self, attr: str) -> None:
-        assert attr in self._allowed_attributes, (
-            f"Unknown attribute {attr}, allowed values: "
-            f"{self._allowed_attributes}")
+        if attr not in self._allowed_attributes:
+            raise AssertionError(
+                f"Unknown attribute {attr}, allowed values: "
+                f"{self._allowed_attributes}")
 
     def __repr__(self) -> str:
         return (f"VariableAttributes(variable={sorted(self._variable_attributes)}, "

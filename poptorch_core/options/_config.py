@@ -106,7 +106,14 @@ def _convert_value(value: Any) -> Any:
 
 def apply_json(options: Any, text: str) -> None:
     """Calls the setters named by the keys of the JSON object ``text``."""
-    values = json.loads(text)
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"Options JSON is not valid JSON ({error.msg} at line "
+            f"{error.lineno} column {error.colno}): write an object such as "
+            '{"deviceIterations": 4, "outputMode": "OutputMode.All"}.'
+            ) from None
     if not isinstance(values, dict):
         raise ValueError("Options JSON must be an object mapping setter "
                          "names to values, e.g. {\"deviceIterations\": 4}; "

@@ -143,13 +143,15 @@ gradient_accumulation. Expected <class 'int'>
         """Sets existing options; each value must have its default's type."""
         self.checkIsFrozen()
         for option, value in kwargs.items():
-            assert self.exists(option), (
-                "Invalid option %s, valid options are %s" %
-                (option, list(self._values.keys())))
+            if not self.exists(option):
+                raise AssertionError(
+                    "Invalid option %s, valid options are %s" %
+                    (option, list(self._values.keys())))
             default = self._values[option]
-            assert _type_matches(value, default), (
-                "Unexpected type %s for option %s. Expected %s" %
-                (type(value), option, type(default)))
+            if not _type_matches(value, default):
+                raise AssertionError(
+                    "Unexpected type %s for option %s. Expected %s" %
+                    (type(value), option, type(default)))
             self._checkValue(option, value)
             self._values[option] = value
         return self
@@ -184,8 +186,10 @@ gradient_accumulation. Expected <class 'int'>
         returns it."""
         mine = self._serialised()
         common = set(mine).intersection(other)
-        assert not common, ("Can't merge dictionaries, they have some keys "
-                            "in common: %s" % sorted(common))
+        if common:
+            raise AssertionError(
+                "Can't merge dictionaries, they have some keys "
+                "in common: %s" % sorted(common))
         other.update(mine)
         return other
 
@@ -271,15 +275,18 @@ class _PopartOptions(_Freezable):
 
     def setEngineOptions(self, options: Dict[str, Any]) -> "_PopartOptions":
         """Sets the Poplar engine options (a dict of strings)."""
-        assert isinstance(options, dict), (
-            "Options must be a dictionary, not %s" % type(options))
+        if not isinstance(options, dict):
+            raise AssertionError(
+                "Options must be a dictionary, not %s" % type(options))
         return self.set("engineOptions", options)
 
     def setPatterns(self, patterns: Dict[str, bool],
                     level: int = 2) -> "_PopartOptions":
         """Enables or disables PopART patterns on top of pattern ``level``."""
-        assert isinstance(level, int), "level must be an integer"
-        assert isinstance(patterns, dict), "patterns must be a dictionary"
+        if not isinstance(level, int):
+            raise AssertionError("level must be an integer")
+        if not isinstance(patterns, dict):
+            raise AssertionError("patterns must be a dictionary")
         self.set("patterns", patterns)
         return self.set("patternsLevel", level)
 

@@ -32,7 +32,9 @@ def _assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
     ok = isinstance(value, types) and not (isinstance(value, bool)
                                            and bool not in types)
     names = " or ".join(t.__name__ for t in types)
-    assert ok, f"{what} must be of type {names} (got {type(value).__name__})"
+    if not ok:
+        raise AssertionError(
+            f"{what} must be of type {names} (got {type(value).__name__})")
 
 
 def _check_positive(option: str, value: Any) -> None:
@@ -202,14 +204,16 @@ class TensorLocationSettings(OptionsDict):
                               min_elements: int) -> "TensorLocationSettings":
         """Tensors with fewer elements always stay on chip."""
         _assert_type(min_elements, int, "min_elements")
-        assert min_elements >= 0, "min_elements must be >= 0"
+        if min_elements < 0:
+            raise AssertionError("min_elements must be >= 0")
         return self.createOrSet(minElementsForOffChip=min_elements)
 
     def minElementsForReplicatedTensorSharding(
             self, min_elements: int) -> "TensorLocationSettings":
         """Tensors with fewer elements are never sharded across replicas."""
         _assert_type(min_elements, int, "min_elements")
-        assert min_elements >= 0, "min_elements must be >= 0"
+        if min_elements < 0:
+            raise AssertionError("min_elements must be >= 0")
         return self.createOrSet(
             minElementsForReplicatedTensorSharding=min_elements)
 
@@ -255,15 +259,17 @@ class _TensorLocationOptions(OptionsDict):
     def numIOTiles(self, num_tiles: int) -> "_TensorLocationOptions":
         """Number of tiles reserved for IO: even, between 32 and 192."""
         _assert_type(num_tiles, int, "num_tiles")
-        assert 32 <= num_tiles <= 192 and num_tiles % 2 == 0, \
-            "numIOTiles must be an even number between 32 and 192."
+        if not (32 <= num_tiles <= 192 and num_tiles % 2 == 0):
+            raise AssertionError(
+                "numIOTiles must be an even number between 32 and 192.")
         return self.createOrSet(numIOTiles=num_tiles)
 
     def _setLocation(self, key: str, location: TensorLocationSettings
                      ) -> "_TensorLocationOptions":
-        assert isinstance(location, TensorLocationSettings), (
-            f"location must be a poptorch.TensorLocationSettings (got "
-            f"{type(location).__name__})")
+        if not isinstance(location, TensorLocationSettings):
+            raise AssertionError(
+                f"location must be a poptorch.TensorLocationSettings (got "
+                f"{type(location).__name__})")
         return self.createOrSet(**{key: location.toDict()})
 
     def setActivationLocation(self, location: TensorLocationSettings

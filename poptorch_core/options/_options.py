@@ -32,6 +32,10 @@ from ._namespaces import (TensorLocationSettings, _assert_type,
 __all__ = ["Options", "ConfigFileError", "TensorLocationSettings"]
 
 
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 class AnchorSpec(NamedTuple):
     """An anchored tensor as the executor reads it (``Options.anchors``)."""
     #: The internal tensor's name, e.g. ``Gradient___fc.weight``.
@@ -241,10 +245,16 @@ class Options(OptionsDict):
         _check_positive("input_group_size", input_group_size)
         if input_group_size > self.replication_factor:
             raise ValueError(
-                "input_group_size cannot be larger than replication_factor")
+                "input_group_size cannot be larger than replication_factor "
+                f"(got {input_group_size} for replicationFactor "
+                f"{self.replication_factor}): set replicationFactor first, "
+                "then inputReplicaGrouping.")
         if self.replication_factor % input_group_size != 0:
             raise ValueError(
-                "input_group_size must be a factor of replication_factor")
+                "input_group_size must be a factor of replication_factor "
+                f"(got {input_group_size} for replicationFactor "
+                f"{self.replication_factor}): use one of "
+                f"{_divisors(self.replication_factor)}.")
         return self.set(input_group_size=input_group_size,
                         input_cgt=input_group_type)
 
@@ -258,9 +268,10 @@ class Options(OptionsDict):
                    output_return_period: Optional[int] = None) -> "Options":
         """Which micro-batch outputs are returned; ``EveryN`` needs a
         positive ``output_return_period``."""
-        assert isinstance(output_mode, enums.OutputMode), (
-            f"output_mode must be a poptorch.OutputMode (got "
-            f"{output_mode!r})")
+        if not isinstance(output_mode, enums.OutputMode):
+            raise AssertionError(
+                f"output_mode must be a poptorch.OutputMode (got "
+                f"{output_mode!r})")
         _check_return_period(output_mode, output_return_period)
         if (output_mode != enums.OutputMode.EveryN
                 and output_return_period is not None):
@@ -288,9 +299,10 @@ class Options(OptionsDict):
         _assert_type(short_name, str, "short_name")
         _assert_type(long_name, str, "long_name")
         if output_mode is not None:
-            assert isinstance(output_mode, enums.OutputMode), (
-                f"output_mode must be a poptorch.OutputMode or None (got "
-                f"{output_mode!r})")
+            if not isinstance(output_mode, enums.OutputMode):
+                raise AssertionError(
+                    f"output_mode must be a poptorch.OutputMode or None (got "
+                    f"{output_mode!r})")
             _check_return_period(output_mode, output_return_period)
         mode = (enums.OutputMode.Default
                 if output_mode is None else output_mode).value
@@ -346,11 +358,12 @@ class Options(OptionsDict):
                      "available_memory_proportion")
         proportions = {}
         for key, proportion in available_memory_proportion.items():
-            assert (isinstance(key, str) and key.startswith("IPU")
-                    and key[3:].isdigit()), (
-                        "Available memory proportions are expected to be in "
-                        "a dictionary of {\"IPU0\": 0.5} where the 0 in IPU "
-                        f"is the index of the IPU. Invalid key: {key}")
+            if not (isinstance(key, str) and key.startswith("IPU")
+                    and key[3:].isdigit()):
+                raise AssertionError(
+                    "Available memory proportions are expected to be in "
+                    "a dictionary of {\"IPU0\": 0.5} where the 0 in IPU "
+                    f"is the index of the IPU. Invalid key: {key}")
             _assert_type(proportion, (float, int), f"proportion of {key}")
             if not 0 < proportion <= 1:
                 raise ValueError(f"Available memory proportion of {key} must "
@@ -363,10 +376,11 @@ class Options(OptionsDict):
         """How blocks are placed: a ``PipelinedExecution`` (default),
         ``ShardedExecution``, ``SerialPhasedExecution`` or
         ``ParallelPhasedExecution``."""
-        assert isinstance(strategy, _IExecutionStrategy), (
-            "strategy must be a poptorch.PipelinedExecution, "
-            "ShardedExecution, SerialPhasedExecution or "
-            f"ParallelPhasedExecution (got {type(strategy).__name__})")
+        if not isinstance(strategy, _IExecutionStrategy):
+            raise AssertionError(
+                "strategy must be a poptorch.PipelinedExecution, "
+                "ShardedExecution, SerialPhasedExecution or "
+                f"ParallelPhasedExecution (got {type(strategy).__name__})")
         self._execution_strategy = strategy
         return self
 
@@ -374,8 +388,13 @@ class Options(OptionsDict):
 
     def randomSeed(self, random_seed: int) -> "Options":
         """Seeds the device's random generator; also calls
-        ``torch.manual_seed(random_seed)``."""
+        ``torch.manual_seed(random_seed)``. The seed is a 64-bit integer
+        (as torch takes it: from ``-2**63`` to ``2**64 - 1``)."""
         _assert_type(random_seed, int, "random_seed")
+        if not -2**63 <= random_seed < 2**64:
+            raise ValueError(
+                f"random_seed ({random_seed}) does not fit 64 bits: use a "
+                "seed from -2**63 to 2**64 - 1.")
         torch.manual_seed(random_seed)
         return self.createOrSet(random_seed=random_seed)
 
@@ -428,8 +447,9 @@ class Options(OptionsDict):
 
     def updatableNamedBuffers(self, buffers: List[str]) -> "Options":
         """Buffers that ``copyNamedBuffersToDevice()`` may update."""
-        assert isinstance(buffers, list) and all(
-            isinstance(b, str) for b in buffers), (
+        if not (isinstance(buffers, list) and all(
+                isinstance(b, str) for b in buffers)):
+            raise AssertionError(
                 "updatableNamedBuffers expects a list of buffer names")
         self._Popart.set("updatableNamedBuffers", list(buffers))
         return self
@@ -454,16 +474,17 @@ class Options(OptionsDict):
 
     def sourceLocationExcludes(self, excludes: List[str]) -> "Options":
         """Path fragments skipped when attributing ops to source lines."""
-        assert isinstance(excludes, list) and all(
-            isinstance(e, str) for e in excludes), (
+        if not (isinstance(excludes, list) and all(
+                isinstance(e, str) for e in excludes)):
+            raise AssertionError(
                 "sourceLocationExcludes expects a list of strings")
         self._source_location_excludes = list(excludes)
         return self
 
     def appendToLocationExcludes(self, *excludes: str) -> "Options":
         """Adds path fragments to :meth:`sourceLocationExcludes`."""
-        assert all(isinstance(e, str) for e in excludes), (
-            "appendToLocationExcludes expects strings")
+        if not all(isinstance(e, str) for e in excludes):
+            raise AssertionError("appendToLocationExcludes expects strings")
         self._source_location_excludes = (self._source_location_excludes +
                                           list(excludes))
         return self
@@ -529,8 +550,9 @@ class Options(OptionsDict):
     def toDict(self) -> Dict[str, Any]:
         """Every option as one flat dict (the backend's view); the output
         mode must have been resolved."""
-        assert self.output_mode != enums.OutputMode.Default, (
-            "An output mode must be picked before serialisation")
+        if self.output_mode == enums.OutputMode.Default:
+            raise AssertionError(
+                "An output mode must be picked before serialisation")
         out = self._execution_strategy.backendOptions()
         out.update(self._popart.options)
         out = self.update(out)
@@ -554,7 +576,9 @@ class Options(OptionsDict):
 def _check_return_period(output_mode: enums.OutputMode,
                          period: Optional[int]) -> None:
     if output_mode == enums.OutputMode.EveryN:
-        assert (isinstance(period, int) and not isinstance(period, bool)
-                and period > 0), ("EveryN anchor must have "
-                                  "output_return_period set to valid "
-                                  "positive integer")
+        if not (isinstance(period, int) and not isinstance(period, bool)
+                and period > 0):
+            raise AssertionError(
+                "EveryN anchor must have "
+                "output_return_period set to valid "
+                "positive integer")

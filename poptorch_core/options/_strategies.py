@@ -71,8 +71,9 @@ class Stage:
     """
 
     def __init__(self, *block_ids: str):
-        assert all(isinstance(b, str) for b in block_ids), (
-            f"Block ids are expected to be strings, got {list(block_ids)}")
+        if not all(isinstance(b, str) for b in block_ids):
+            raise AssertionError(
+                f"Block ids are expected to be strings, got {list(block_ids)}")
         self._blocks = list(block_ids)
         self._ipu: Optional[int] = None
 
@@ -106,9 +107,10 @@ class Phase:
         if all(isinstance(a, Stage) for a in stages_or_block_ids):
             self.stages: List[Stage] = list(stages_or_block_ids)
         else:
-            assert all(isinstance(a, str) for a in stages_or_block_ids), (
-                "All arguments must either be block ids (strings) or "
-                f"poptorch.Stage objects, not a mix: {stages_or_block_ids}")
+            if not all(isinstance(a, str) for a in stages_or_block_ids):
+                raise AssertionError(
+                    "All arguments must either be block ids (strings) or "
+                    f"poptorch.Stage objects, not a mix: {stages_or_block_ids}")
             self.stages = [Stage(*stages_or_block_ids)]
 
     def stage(self, idx: int) -> Stage:
@@ -117,9 +119,10 @@ class Phase:
 
     def ipus(self, *ipus: int) -> "Phase":
         """Sets one IPU per stage."""
-        assert len(ipus) == len(self.stages), (
-            f"Phase has {len(self.stages)} stages but {len(ipus)} IPUs were "
-            "given: give exactly one IPU per stage")
+        if len(ipus) != len(self.stages):
+            raise AssertionError(
+                f"Phase has {len(self.stages)} stages but {len(ipus)} IPUs were "
+                "given: give exactly one IPU per stage")
         for stage, ipu in zip(self.stages, ipus):
             stage.ipu(ipu)
         return self
@@ -159,13 +162,15 @@ class _IExecutionStrategy:
 
     def _addStage(self, stage: Stage, stage_id: int, phase_id: int) -> None:
         for block in stage.blocks:
-            assert block not in self._block_map, (
-                f"{block} associated with more than one stage")
+            if block in self._block_map:
+                raise AssertionError(
+                    f"{block} associated with more than one stage")
             self._block_map[block] = _StageEntry(stage, stage_id, phase_id)
 
     def stage(self, block_id: str) -> Stage:
         """The stage holding ``block_id``."""
-        assert block_id in self._block_map, f"Unknown block {block_id}"
+        if block_id not in self._block_map:
+            raise AssertionError(f"Unknown block {block_id}")
         return self._block_map[block_id].stage
 
     def backendOptions(self) -> Dict[str, Any]:
@@ -196,9 +201,10 @@ class _IExecutionStrategy:
         next_stage = 1
         for block_id, ipu_id in blocks.items():
             if self._auto_stage == enums.AutoStage.SameAsIpu:
-                assert ipu_id is not None, (
-                    "poptorch.AutoStage.SameAsIpu was selected but no IPU "
-                    f"was specified for block {block_id}")
+                if ipu_id is None:
+                    raise AssertionError(
+                        "poptorch.AutoStage.SameAsIpu was selected but no IPU "
+                        f"was specified for block {block_id}")
                 stage_id = ipu_id
             else:
                 stage_id, next_stage = next_stage, next_stage + 1
@@ -262,9 +268,10 @@ class PipelinedExecution(_IExecutionStrategy):
         if len(args) == 1 and isinstance(args[0], enums.AutoStage):
             self._auto_stage = args[0]
             return
-        assert not any(isinstance(a, enums.AutoStage) for a in args), (
-            "poptorch.AutoStage must be the only argument of "
-            f"{type(self).__name__}")
+        if any(isinstance(a, enums.AutoStage) for a in args):
+            raise AssertionError(
+                "poptorch.AutoStage must be the only argument of "
+                f"{type(self).__name__}")
         for stage_id, arg in enumerate(args):
             self._addStage(_as_stage(arg), stage_id, 0)
         if not args:
@@ -308,9 +315,11 @@ class _IPhasedExecution(_IExecutionStrategy):
 
     def __init__(self, *phases: Any):
         super().__init__()
-        assert phases, ("There is currently no AutoStage for "
-                        "PhasedExecution, please explicitly specify the "
-                        "phases")
+        if not phases:
+            raise AssertionError(
+                "There is currently no AutoStage for "
+                "PhasedExecution, please explicitly specify the "
+                "phases")
         self._tensors_liveness = enums.Liveness.AlwaysLive
         self._separate_backward_phase = False
         self._phases = [_as_phase(p) for p in phases]
@@ -320,20 +329,23 @@ class _IPhasedExecution(_IExecutionStrategy):
 
     def phase(self, phase: int) -> Phase:
         """The ``phase``-th phase."""
-        assert isinstance(phase, int) and phase >= 0, (
-            "Phases are identified by non-negative integers")
+        if not (isinstance(phase, int) and phase >= 0):
+            raise AssertionError(
+                "Phases are identified by non-negative integers")
         return self._phases[phase]
 
     def useSeparateBackwardPhase(self,
                                  use: bool = True) -> "_IPhasedExecution":
         """Runs the backward pass in phases of its own."""
-        assert isinstance(use, bool), "use must be a bool"
+        if not isinstance(use, bool):
+            raise AssertionError("use must be a bool")
         self._separate_backward_phase = use
         return self
 
     def _phaseOf(self, block_id: str) -> int:
         """The phase id of ``block_id``."""
-        assert block_id in self._block_map, f"Unknown block {block_id}"
+        if block_id not in self._block_map:
+            raise AssertionError(f"Unknown block {block_id}")
         return self._block_map[block_id].phase_id
 
     def backendOptions(self) -> Dict[str, Any]:
@@ -364,8 +376,9 @@ class SerialPhasedExecution(_IPhasedExecution):
     def setTensorsLiveness(
             self, liveness: enums.Liveness) -> "SerialPhasedExecution":
         """When tensors are moved off chip between phases."""
-        assert isinstance(liveness, enums.Liveness), (
-            f"liveness must be a poptorch.Liveness (got {liveness!r})")
+        if not isinstance(liveness, enums.Liveness):
+            raise AssertionError(
+                f"liveness must be a poptorch.Liveness (got {liveness!r})")
         self._tensors_liveness = liveness
         return self
 
@@ -384,7 +397,8 @@ class ParallelPhasedExecution(_IPhasedExecution):
     def sendTensorsOffChipAfterFwd(self, off_chip: bool = True
                                    ) -> "ParallelPhasedExecution":
         """Moves tensors off chip after the forward pass."""
-        assert isinstance(off_chip, bool), "off_chip must be a bool"
+        if not isinstance(off_chip, bool):
+            raise AssertionError("off_chip must be a bool")
         self._tensors_liveness = (enums.Liveness.OffChipAfterFwd
                                   if off_chip else enums.Liveness.AlwaysLive)
         return self

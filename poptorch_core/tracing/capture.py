@@ -331,7 +331,11 @@ def _find_final_loss(outputs: List[torch.fx.Node]) -> torch.fx.Node:
         feeding |= (rules.ancestors(loss.all_input_nodes) & set(losses))
     final = [n for n in losses if n not in feeding]
     if not final:
-        raise _impl._cpp_error("Couldn't find a loss in graph!")
+        raise _impl._cpp_error(
+            "Couldn't find a loss in graph! A trainingModel's forward must "
+            "return its loss: a torch loss (F.mse_loss, ...) or a value "
+            "wrapped in poptorch.identity_loss(value, reduction=...). Use "
+            "poptorch.inferenceModel for a model that only predicts.")
     if len(final) > 1:
         raise _impl._cpp_error(
             "Multiple independent losses found in graph. Graph must have one "

@@ -52,10 +52,11 @@ class Room:
 def _limit(budget: Any, store_type: Hashable, kind: str) -> int:
     if store_type is None:
         return budget
-    assert store_type in budget, (
-        f"FixedSizeOptions has no {kind[:-1]} budget for type "
-        f"{store_type!r} of the data; give num_{kind} for every type "
-        f"(it has {list(budget)}).")
+    if store_type not in budget:
+        raise AssertionError(
+            f"FixedSizeOptions has no {kind[:-1]} budget for type "
+            f"{store_type!r} of the data; give num_{kind} for every type "
+            f"(it has {list(budget)}).")
     return budget[store_type]
 
 

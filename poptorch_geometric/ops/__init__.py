@@ -1,0 +1,46 @@
+"""Fixed-shape replacements of PyG ops and layers, in plain PyTorch.
+
+Output shapes depend only on input shapes and Python arguments, never on
+tensor values, so a model using them traces once and compiles once for
+fixed-size batches. Neighbour searches mark empty slots with -1 (both
+entries of an edge). :mod:`poptorch_geometric.override` substitutes these
+for PyG's versions while PopTorch traces a model; they are also usable
+directly.
+
+To run message passing over a neighbour-search result that has empty
+slots, replace -1 by a real index and weigh the messages by the mask, e.g.
+``valid = edge_index[0] >= 0; edge_index = edge_index.clamp(min=0)`` and a
+sum aggregation of ``message * valid``: the empty slots then add exactly 0.
+
+Example::
+
+    >>> from poptorch_geometric import ops
+    >>> pos = torch.tensor([[0., 0.], [1., 0.], [0., 3.]])
+    >>> ops.knn_graph(pos, k=1, loop=False)
+    tensor([[1, 0, 0],
+            [0, 1, 2]])
+"""
+from .aggregation import Aggregation
+from .cheb_conv import ChebConv
+from .cluster_gcn_conv import ClusterGCNConv
+from .gps_conv import GPSConv
+from .hetero_linear import HeteroLinear
+from .instance_norm import InstanceNorm
+from .knn import knn, knn_graph
+from .knn_interpolate import knn_interpolate
+from .mesh_cnn_conv import MeshCNNConv
+from .mf_conv import MFConv
+from .nearest import nearest
+from .quantile import QuantileAggregation
+from .radius import radius, radius_graph
+from .relational import FiLMConv, RGCNConv
+from .self_loops import add_remaining_self_loops, remove_self_loops
+from .dense_batch import to_dense_batch
+
+__all__ = [
+    "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
+    "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
+    "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
+    "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
+    "to_dense_batch",
+]
