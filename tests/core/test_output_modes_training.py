@@ -76,14 +76,14 @@ def test_training_outputs_match_eager_micro_batches(D, G, R, mode, period):
 
 @pytest.mark.parametrize("mode,period", MODES, ids=MODE_IDS)
 def test_inference_outputs_per_replica(mode, period):
-    """Inference with D=3 and R=2: every replica's micro-batches."""
+    """Inference with D=6 and R=2: every replica's micro-batches."""
     torch.manual_seed(2)
     model = torch.nn.Linear(4, 3)
-    opts = poptorch.Options().deviceIterations(3).replicationFactor(2)
+    opts = poptorch.Options().deviceIterations(6).replicationFactor(2)
     opts.outputMode(mode, period)
-    x = torch.randn(3 * 2 * 2, 4)
+    x = torch.randn(6 * 2 * 2, 4)
     out = poptorch.inferenceModel(model, opts)(x)
-    chunks = x.chunk(6)
+    chunks = x.chunk(12)
     micro = [[[(model(chunks[d * 2 + r]).detach(),) for r in range(2)]]
-             for d in range(3)]
+             for d in range(6)]
     torch.testing.assert_close(out, _expected(micro, mode, period, 0))
