@@ -24,11 +24,15 @@ data (the embedded NCI TPSA molecules) and the same model
 * compilations: how many times the ``compile`` backend compiled during the
   measured epochs (fixed shapes: once);
 * the simulated IPU's estimate for the trained model (``simulationReport``):
-  memory of the fullest IPU and roofline graphs/s on a Mk2 IPU.
+  memory of the fullest IPU and roofline graphs/s on a Mk2 IPU;
+* sampling loaders (``bench_sampling.py``): seed nodes/s of the neighbour
+  loaders at fanout [15, 10] and subgraphs/s of the cluster loaders on a
+  1M-node power-law graph (100k with ``--quick``), their peak memory and
+  padding efficiency; ``--no-sampling`` skips them.
 
 Usage::
 
-    python examples/benchmark.py --quick                 # under a minute
+    python examples/benchmark.py --quick                 # about two minutes
     python examples/benchmark.py --out bench_out/benchmark.json --plot bench_out/benchmark.png
 """
 import argparse
@@ -47,6 +51,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_sampling  # noqa: E402
 from _example_common import write_json  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
 from _example_common import device_estimate  # noqa: E402
@@ -283,6 +288,8 @@ def print_table(record: Dict[str, Any]) -> None:
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
     print(f"simulated IPU: {record['simulated_ipu']['summary']}")
+    if "sampling" in record:
+        bench_sampling.print_rows(record["sampling"])
 
 
 _START = time.perf_counter()
@@ -352,6 +359,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--plot", default=None, metavar="PATH.png",
                         help="also write a PNG chart of the ratios to this "
                              "path")
+    bench_sampling.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.limit = args.limit or 2000
@@ -400,6 +408,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     record["simulated_ipu"] = next(
         result["simulated_ipu"] for result in record["training"].values()
         if "simulated_ipu" in result)
+    if not args.no_sampling:
+        progress("sampling loaders on the large synthetic graph")
+        record["sampling"] = bench_sampling.sampling_benchmark(args)
+        record["ratios"].update(record["sampling"]["ratios"])
     return record
 
 

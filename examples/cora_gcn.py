@@ -30,14 +30,14 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GCNConv
 
 import poptorch
-from poptorch_geometric.datasets import default_root
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import (  # noqa: E402
-    CPU_COLUMN, IPU_COLUMN, TrainingLog, example_parser, ipu_options,
-    loss_change, masked_mean_loss, percent, results_table, train_epochs,
-    write_json)
-from _planetoid import DatasetUnavailable, load_planetoid  # noqa: E402
+    CPU_COLUMN, IPU_COLUMN, example_parser, ipu_options, masked_mean_loss,
+    train_epochs)
+from _node_classification import (  # noqa: E402
+    accuracies, add_training_arguments, format_node_summary, load_cora,
+    run_example, side_record, summary_record)
 
 
 class GCN(torch.nn.Module):
@@ -75,29 +75,11 @@ class GCN(torch.nn.Module):
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = example_parser(__doc__)
-    parser.add_argument("--epochs", type=int, default=200)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
-    parser.add_argument("--dropout", type=float, default=0.5)
+    add_training_arguments(parser, epochs=200, hidden=16)
     args = parser.parse_args(argv)
     if args.quick:
         args.epochs = 20
     return args
-
-
-def _accuracies(logits: torch.Tensor, data: Data) -> Dict[str, float]:
-    correct = logits.argmax(dim=-1) == data.y
-    return {f"{split}_accuracy": float(correct[data[f"{split}_mask"]].float()
-                                       .mean())
-            for split in ("train", "val", "test")}
-
-
-def _side(log: TrainingLog, accuracies: Dict[str, float]) -> Dict[str, Any]:
-    return {"loss_history": log.losses,
-            "final_train_loss": log.losses[-1],
-            **accuracies,
-            "seconds_per_epoch": log.seconds_per_epoch}
 
 
 def _train_on_ipu(model: GCN, data: Data, args: argparse.Namespace
@@ -118,7 +100,7 @@ def _train_on_ipu(model: GCN, data: Data, args: argparse.Namespace
     logits = eval_model(data.x, data.edge_index)
     compilations = {"train": train_model.compilations(),
                     "inference": eval_model.compilations()}
-    return _side(log, _accuracies(logits, data)), compilations
+    return side_record(log, accuracies(logits, data)), compilations
 
 
 def _train_on_cpu(model: GCN, data: Data,
@@ -138,7 +120,7 @@ def _train_on_cpu(model: GCN, data: Data,
     model.eval()
     with torch.no_grad():
         logits = model(data.x, data.edge_index)
-    return _side(log, _accuracies(logits, data))
+    return side_record(log, accuracies(logits, data))
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -149,35 +131,16 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         DatasetUnavailable: the Cora raw files are missing and could not be
             downloaded.
     """
-    if args.epochs < 1:
-        raise ValueError(f"--epochs must be at least 1, got {args.epochs}.")
-    root = args.data_root or default_root()
-    dataset = load_planetoid(root, "Cora", transform=T.Compose(
-        [T.AddSelfLoops(), T.NormalizeFeatures()]))
-    data = dataset[0]
-
+    dataset, data = load_cora(args, T.Compose([T.AddSelfLoops(),
+                                               T.NormalizeFeatures()]))
     torch.manual_seed(args.seed)
     model = GCN(dataset.num_features, args.hidden, dataset.num_classes,
                 args.dropout)
     reference = copy.deepcopy(model) if args.cpu_reference else None
     ipu, compilations = _train_on_ipu(model, data, args)
-    return {
-        "example": "cora_gcn",
-        "epochs": args.epochs,
-        "dataset": {"name": "Cora", "nodes": data.num_nodes,
-                    "edges": data.num_edges,
-                    "features": dataset.num_features,
-                    "classes": dataset.num_classes,
-                    **{f"{split}_nodes": int(data[f"{split}_mask"].sum())
-                       for split in ("train", "val", "test")}},
-        "simulated_ipu": ipu,
-        "cpu_reference": (_train_on_cpu(reference, data, args)
-                          if reference is not None else None),
-        "compilations": compilations,
-        "backend": args.backend,
-        "host_device": args.host_device,
-        "seed": args.seed,
-    }
+    cpu = _train_on_cpu(reference, data, args) if reference else None
+    return summary_record("cora_gcn", args, dataset, data, ipu, cpu,
+                          compilations=compilations)
 
 
 def format_summary(summary: Dict[str, Any]) -> str:
@@ -186,25 +149,11 @@ def format_summary(summary: Dict[str, Any]) -> str:
     title = (f"Cora node classification, GCN, {summary['epochs']} epochs "
              f"({data['nodes']} nodes, {data['edges']} edges; backend "
              f"{summary['backend']})")
-    return results_table(title, summary, [
-        ("train loss", loss_change),
-        ("train accuracy", percent("train_accuracy")),
-        ("val accuracy", percent("val_accuracy")),
-        ("test accuracy", percent("test_accuracy")),
-        ("time per epoch", lambda s: f"{s['seconds_per_epoch'] * 1e3:.1f} ms"),
-    ])
+    return format_node_summary(title, summary)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        summary = run(args)
-    except DatasetUnavailable as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(format_summary(summary))
-    write_json(args.json, summary)
-    return 0
+    return run_example(argv, parse_args, run, format_summary)
 
 
 if __name__ == "__main__":

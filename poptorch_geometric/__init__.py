@@ -20,6 +20,7 @@ Example::
 import poptorch_core as poptorch
 
 from . import _known_fixes
+from .cluster_loader import FixedSizeClusterLoader
 from .collate import (CombinedBatchingCollater, FixedSizeCollater,
                       make_exclude_keys)
 from .common import DataBatch, HeteroDataBatch, call_once
@@ -29,6 +30,10 @@ from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
 from .metrics import count_real, num_real_graphs, num_real_nodes
 from .model_with_loss import ModelWithLoss, with_loss
+from .neighbor_loader import (FixedSizeNeighborLoader,
+                              PyGFixedSizeNeighborLoader,
+                              TorchNeighborSampler)
+from .pyg_cluster_loader import ClusterData
 from .override import _TorchGeometricOpsSubstitutionManager
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
@@ -52,12 +57,17 @@ __all__ = [
     # Also public in this reimplementation:
     "BatchingEfficiency",
     "batching_efficiency",
+    "ClusterData",
     "CombinedBatchingCollater",
     "DataBatch",
     "DataLoader",
+    "FixedSizeClusterLoader",
     "FixedSizeCollater",
+    "FixedSizeNeighborLoader",
     "HeteroDataBatch",
+    "PyGFixedSizeNeighborLoader",
     "StreamPackingSampler",
+    "TorchNeighborSampler",
     "call_once",
     "count_real",
     "ModelWithLoss",

@@ -149,7 +149,11 @@ class FixedSizeCollater(Collater):
 
         for kind, trim in (("nodes", self.trim_nodes),
                            ("edges", self.trim_edges)):
-            if trim and room.overflows(kind):
+            # Real nodes that fill their budget exactly leave padding edges
+            # no node to sit on: trimming then makes room for one.
+            if trim and (room.overflows(kind) or (
+                    kind == "nodes" and num_pad_graphs > 0 and
+                    room.lacks_padding_node())):
                 data_list = self._trim(data_list, room, kind, num_pad_graphs)
                 columns = None if hetero else Columns.of(data_list)
                 room = self._count_trimmed(room, BatchRoom.measure(

@@ -219,7 +219,10 @@ class FixedSizeOptions:
         of ``loader`` plus one padding graph (``max + 1`` for nodes, edges
         and graphs). The loader is restarted as often as needed to see
         ``sample_limit`` batches; a loader yielding plain ``Data`` (not
-        ``Batch``) counts as one graph per batch.
+        ``Batch``), such as PyG's ``NeighborLoader`` and ``ClusterLoader``,
+        counts as one graph per batch. A loader that pads (the fixed-size
+        neighbour and cluster loaders) is measured before padding, through
+        its ``unpadded_loader``.
 
         Example::
 
@@ -232,6 +235,7 @@ class FixedSizeOptions:
         if sample_limit < 1:
             raise ValueError(f"sample_limit ({sample_limit}) must be at "
                              "least 1.")
+        loader = getattr(loader, "unpadded_loader", loader)
         maxima = _LoaderMaxima()
         seen = 0
         while seen < sample_limit:
@@ -245,7 +249,6 @@ class FixedSizeOptions:
                 raise ValueError("The loader yielded no batch: cannot derive "
                                  "fixed sizes from an empty loader.")
         return maxima.to_options(cls)
-
 
     @classmethod
     def for_packing(cls, dataset: Any, graphs_per_batch: int, *,

@@ -29,7 +29,10 @@ def record(tmp_path_factory):
         "--limit", "400", "--epochs", "1", "--repeats", "1",
         "--overhead-rounds", "3", "--backends", "interpret",
         "--data-root", str(root), "--out", str(out),
-        "--plot", str(out.with_suffix(".png"))])
+        "--plot", str(out.with_suffix(".png")),
+        "--sampling-nodes", "5000", "--sampling-batches", "4",
+        "--sampling-batch-size", "64", "--cluster-nodes", "100",
+        "--clusters-per-batch", "4"])
     assert code == 0
     assert out.with_suffix(".png").stat().st_size > 0
     return benchmark, json.loads(out.read_text())
@@ -99,3 +102,29 @@ def test_chart_labels_are_words_and_stages_are_announced(record, capsys):
     benchmark.progress("collation (3 passes)")
     err = capsys.readouterr().err
     assert err.startswith("[benchmark ") and "collation (3 passes) ..." in err
+
+
+def test_sampling_rows(record):
+    """Seed nodes/s and subgraphs/s of every loader run, memory and
+    padding figures, and the padded-over-unpadded ratios."""
+    benchmark, data = record
+    sampling = data["sampling"]
+    assert set(benchmark.bench_sampling.RECORD_KEYS) <= set(sampling)
+    assert sampling["graph"]["nodes"] == 5000
+    assert sampling["graph"]["edges"] == 50000
+    for kind in ("neighbor", "cluster"):
+        runs = sampling[kind]["runs"]
+        assert set(runs) == {f"{loader}_{w}_workers"
+                             for loader in ("pyg", "fixed_size")
+                             for w in (0, 2)}
+        for run in runs.values():
+            assert run["per_s"] > 0 and run["batches"] == 4
+            assert run["peak_rss_mb"] >= run["rss_after_all_mb"] > 0
+        for w in (0, 2):
+            fixed = runs[f"fixed_size_{w}_workers"]
+            assert 0 < fixed["node_efficiency"] <= 1
+            assert 0 < fixed["edge_efficiency"] <= 1
+            ratio = data["ratios"][f"{kind}_fixed_size_over_pyg_{w}_workers"]
+            assert math.isfinite(ratio) and ratio > 0
+    assert sampling["neighbor"]["fanouts"] == [15, 10]
+    assert sampling["cluster"]["num_parts"] == 50

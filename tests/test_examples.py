@@ -66,6 +66,17 @@ CORA_SCHEMA = {
     "seed": int,
 }
 
+_SAMPLED_CORA = {
+    "dataset": CORA_SCHEMA["dataset"], "simulated_ipu": _CORA_SIDE,
+    "cpu_reference": _Optional(_CORA_SIDE), "compilations": _COMPILATIONS,
+    "fixed_sizes": _BUDGETS, "trimmed_batches": int, "backend": str,
+    "host_device": str, "seed": int, "example": str, "epochs": int,
+}
+CORA_SAGE_SCHEMA = {**_SAMPLED_CORA, "batch_size": int,
+                    "num_neighbors": [int]}
+CORA_CLUSTER_SCHEMA = {**_SAMPLED_CORA, "num_parts": int,
+                       "clusters_per_batch": int}
+
 _GRAPH_SIDE = {
     "loss_history": [Number], "final_train_loss": Number,
     "val_accuracy": Number, "train_graphs_per_second": Number,
@@ -313,6 +324,43 @@ def test_cora_gcn_offline_without_raw_files_says_where_to_put_them(
     error = capsys.readouterr().err
     assert str(tmp_path / "Cora" / "raw") in error
     assert "ind.cora.x" in error and "--data-root" in error
+
+
+# --- cora_sage.py and cora_cluster_gcn.py (sampled batches) ----------------
+
+@pytest.mark.parametrize("name,schema", [("cora_sage", CORA_SAGE_SCHEMA),
+                                         ("cora_cluster_gcn",
+                                          CORA_CLUSTER_SCHEMA)])
+def test_sampled_cora_quick_learns(name, schema, tmp_path, cora_root,
+                                   capsys):
+    record = _run_main(name, ["--quick", "--data-root", str(cora_root)],
+                       tmp_path / f"{name}.json")
+    check_schema(record, schema)
+    side = record["simulated_ipu"]
+    _assert_learns(side, record["epochs"])
+    # Chance is 1/7; full-batch GCN reaches about 0.8 after 200 epochs.
+    assert side["test_accuracy"] > 0.5
+    assert record["fixed_sizes"]["num_graphs"] == 2
+    assert record["trimmed_batches"] == 0
+    assert "Cora node classification" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["cora_sage", "cora_cluster_gcn"])
+def test_sampled_cora_without_dropout_matches_plain_pyg(name, cora_root):
+    """Same seed, same sampled subgraphs: the padded fixed-size batches
+    train exactly as PyG's unpadded NeighborLoader / ClusterLoader ones."""
+    example = _load_example(name)
+    args = example.parse_args(["--epochs", "3", "--dropout", "0",
+                               "--cpu-reference", "--no-progress",
+                               "--data-root", str(cora_root)])
+    summary = example.run(args)
+    ipu, cpu = summary["simulated_ipu"], summary["cpu_reference"]
+    assert summary["trimmed_batches"] == 0
+    assert ipu["loss_history"] == pytest.approx(cpu["loss_history"],
+                                                rel=1e-4)
+    for split in ("train", "val", "test"):
+        assert ipu[f"{split}_accuracy"] == pytest.approx(
+            cpu[f"{split}_accuracy"], abs=2e-3)
 
 
 # --- graph_classification.py ----------------------------------------------

@@ -98,6 +98,18 @@ class BatchRoom:
         rooms = self.nodes if kind == "nodes" else self.edges
         return any(r.pad < 0 for r in rooms.values())
 
+    def lacks_padding_node(self) -> bool:
+        """True when edges need padding but every node slot of a node type
+        they could sit on is taken by real nodes."""
+        for edge_type, edges in self.edges.items():
+            node_types = (None,) if edge_type is None \
+                else (edge_type[0], edge_type[-1])
+            if edges.pad > 0 and any(
+                    t in self.nodes and self.nodes[t].pad == 0
+                    for t in node_types):
+                return True
+        return False
+
     def check_fits(self, num_graphs: int, budget_graphs: int) -> None:
         """Raises ``RuntimeError`` when real elements overflow a budget, or
         when padding is needed but no padding graph slot is left."""

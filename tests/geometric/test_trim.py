@@ -104,3 +104,26 @@ def test_hetero_trimming():
     assert batch["a", "r", "b"].edge_index.shape == (2, 4)
     assert int(batch["a", "r", "b"].edges_mask.sum()) <= 4
     assert batch["a", "r", "b"].edge_index[0].max() < 6
+
+
+def test_trimming_nodes_frees_a_node_for_padding_edges():
+    """Real nodes that fill the node budget exactly while edges need
+    padding: with trim_nodes one node goes (padding edges need a home);
+    without, the collater says why it cannot pad."""
+    molecule = graph(10, 12)
+    opts = FixedSizeOptions(num_nodes=10, num_edges=20, num_graphs=2)
+    with pytest.raises(RuntimeError, match="no padding node is left"):
+        FixedSizeCollater(opts)([molecule])
+    collater = FixedSizeCollater(opts, add_masks_to_batch=True,
+                                 trim_nodes=True)
+    batch = collater([molecule])
+    assert int(batch.nodes_mask.sum()) == 9
+    assert batch.x.shape[0] == 10 and batch.edge_index.shape[1] == 20
+    real_edges = int(batch.edges_mask.sum())
+    assert bool((batch.edge_index[:, :real_edges] < 9).all())
+    assert bool((batch.edge_index[:, real_edges:] == 9).all())
+    assert collater.trimmed.nodes == 1
+    # Exact fill of both budgets needs no padding: nothing is trimmed.
+    exact = FixedSizeCollater(FixedSizeOptions(10, 12, 2), trim_nodes=True)
+    assert exact([molecule]).x.shape[0] == 10
+    assert exact.trimmed.nodes == 0

@@ -1,0 +1,53 @@
+"""Cluster-GCN batches of fixed size for PopTorch models.
+
+Example::
+
+    >>> import poptorch
+    >>> from poptorch_geometric import ClusterData, FixedSizeOptions
+    >>> from poptorch_geometric.datasets import power_law_graph
+    >>> clusters = ClusterData(power_law_graph(600, 3000), num_parts=20,
+    ...                        log=False)
+    >>> loader = FixedSizeClusterLoader(
+    ...     clusters, FixedSizeOptions(num_nodes=200, num_edges=600),
+    ...     batch_size=4, options=poptorch.Options().deviceIterations(2))
+    >>> batch = next(iter(loader))
+    >>> batch.x.shape[0], batch.graphs_mask.shape[0]  # 2 mini-batches
+    (400, 4)
+    >>> len(loader)                                   # 20 clusters / (4 x 2)
+    2
+"""
+from typing import Any, Optional
+
+import poptorch_core as poptorch
+
+from . import pyg_cluster_loader
+from .collate import CombinedBatchingCollater
+from .dataloader import _with_options
+
+__all__ = ["FixedSizeClusterLoader"]
+
+
+class FixedSizeClusterLoader(pyg_cluster_loader.FixedSizeClusterLoader,
+                             poptorch.DataLoader):
+    """:class:`~poptorch_geometric.pyg_cluster_loader.FixedSizeClusterLoader`
+    for PopTorch models: each iteration holds ``deviceIterations x
+    replication x gradientAccumulation`` padded batches of ``batch_size``
+    clusters each, concatenated. ``drop_last`` defaults to True.
+
+    Arguments are those of the torch-side loader plus ``options`` (the
+    model's ``poptorch.Options``, default: new ones).
+    """
+
+    def __init__(self, *args: Any,
+                 options: Optional[poptorch.Options] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, options=options or poptorch.Options(),
+                         **kwargs)
+
+    __init__.__signature__ = _with_options(
+        pyg_cluster_loader.FixedSizeClusterLoader.__init__)
+
+    def _create_collater(self, **collater_args: Any) -> Any:
+        return CombinedBatchingCollater(
+            mini_batch_size=self.batch_size,
+            collater=super()._create_collater(**collater_args))
