@@ -196,10 +196,10 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
                                       known_fit)
         # A budget that fits B batches fits B + 1 as well.
         known_fit = candidate[1]
+        # Every B is tried: efficiency is not unimodal in B (a drop of
+        # several points can come before the best).
         if best is None or candidate[0] > best[0]:  # the first best on ties
             best = candidate
-        elif candidate[0] < best[0] - 0.02:
-            break  # past the best: more batches only add padding
     return best[1], best[2]
 
 

@@ -46,6 +46,13 @@ class BatchLayout:
             return replica % self.input_groups
         return replica // self.input_group_size
 
+    def is_last_reader(self, replica: int) -> bool:
+        """Whether no replica after ``replica`` (in execution order) reads
+        its input group."""
+        if self.input_cgt == CommGroupType.Orthogonal:
+            return replica >= self.replicas - self.input_groups
+        return replica % self.input_group_size == self.input_group_size - 1
+
     def check_divisible(self, tensor: torch.Tensor) -> None:
         product = self.num_micro_batches
         batch = tensor.shape[0] if tensor.dim() > 0 else 1

@@ -110,9 +110,11 @@ class Program:
     def _micro_inputs(self, splits, iteration, step, replica):
         index = self.layout.micro_index(iteration, step, replica)
         micro = [split[index] for split in splits]
-        if self.captured.mutated_inputs and self.layout.input_group_size > 1 \
-                and replica % self.layout.input_group_size != 0:
-            # Replicas of one input group must all see the unmodified data.
+        if self.captured.mutated_inputs and \
+                not self.layout.is_last_reader(replica):
+            # Replicas of one input group must all see the unmodified data:
+            # all but the last to run modify copies, and the last one's
+            # changes reach the caller.
             micro = [m.clone() for m in micro]
         return micro
 

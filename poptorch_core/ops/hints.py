@@ -90,11 +90,14 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor,
     """``torch.matmul(lhs, rhs)``, split into ``factor`` pieces along the
     dimension ``mode`` names when compiled for an IPU."""
     if not isinstance(keep_precision, bool):
-        raise AssertionError
+        raise AssertionError(f"keep_precision must be a bool (got "
+                             f"{type(keep_precision).__name__})")
     if not isinstance(factor, int):
-        raise AssertionError
+        raise AssertionError(
+            f"factor must be an int (got {type(factor).__name__})")
     if not isinstance(mode, MatMulSerializationMode):
-        raise AssertionError
+        raise AssertionError(f"mode must be a poptorch.MatMulSerializationMode"
+                             f" (got {type(mode).__name__})")
     return _on_ipu(_set_matmul_serialization, torch.matmul(lhs, rhs),
                    mode.value, factor, keep_precision)
 

@@ -191,14 +191,16 @@ class MultiConv:
     def perConvReservedTiles(self, value: int) -> "MultiConv":
         """Tiles reserved per convolution."""
         if not isinstance(value, int):
-            raise AssertionError
+            raise AssertionError(f"perConvReservedTiles expects an int (got "
+                                 f"{type(value).__name__})")
         self._per_conv_reserved_tiles = value
         return self
 
     def cycleBackOff(self, value: float) -> "MultiConv":
         """Cycle back-off proportion of the planner."""
         if not isinstance(value, float):
-            raise AssertionError
+            raise AssertionError(
+                f"cycleBackOff expects a float (got {type(value).__name__})")
         self._cycle_back_off = value
         return self
 

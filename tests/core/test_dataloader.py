@@ -101,7 +101,7 @@ def test_options_are_frozen_and_exposed():
     opts = make_options(D=2)
     loader = DataLoader(opts, Indices(8), batch_size=2)
     assert loader.options is opts
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
         opts.deviceIterations(3)
 
 

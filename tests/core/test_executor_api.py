@@ -28,7 +28,7 @@ def test_invalid_options_type():
 def test_user_options_are_frozen_and_cloned():
     opts = poptorch.Options()
     ipu = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
         opts.deviceIterations(2)
     assert ipu.options is not opts
     assert ipu.options.output_mode == poptorch.OutputMode.All

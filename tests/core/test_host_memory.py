@@ -85,7 +85,8 @@ def test_option_default_and_validation():
     opts = poptorch.Options()
     assert opts.Simulator.host_memory_pool is True
     assert opts.Simulator.hostMemoryPool(False).host_memory_pool is False
-    with pytest.raises((ValueError, AssertionError)):
+    with pytest.raises(AssertionError, match="Unexpected type <class 'int'> "
+                       "for option host_memory_pool. Expected <class 'bool'>"):
         opts.Simulator.hostMemoryPool(1)
 
 

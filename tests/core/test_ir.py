@@ -43,15 +43,18 @@ def test_replica_grouping_defaults_to_one_group():
     assert rg._to_comm_group() == (CommGroupType.All, 4)
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(stride=3), ValueError),
-    (dict(stride=2, group_size=3), ValueError),
-    (dict(stride=0), ValueError),
-    (dict(stride=1, group_size=0), ValueError),
-    (dict(stride=1.5), TypeError),
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(stride=3), ValueError, r"The stride \(3\) must divide the "
+     r"replication factor \(8\) when group_size is not given"),
+    (dict(stride=2, group_size=3), ValueError,
+     r"stride \* group_size \(2 \* 3\) must divide the replication factor"),
+    (dict(stride=0), ValueError, "stride must be at least 1, got 0"),
+    (dict(stride=1, group_size=0), ValueError,
+     "group_size must be at least 1, got 0"),
+    (dict(stride=1.5), TypeError, "stride must be an int, not float"),
 ])
-def test_replica_grouping_rejects_bad_parameters(kwargs, error):
-    with pytest.raises(error):
+def test_replica_grouping_rejects_bad_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
         Ir(replication=8).replica_grouping(**kwargs)
 
 
@@ -102,19 +105,21 @@ def test_non_constant_grouping_is_for_variables_not_collectives():
         rg._to_comm_group()
     with pytest.raises(ValueError, match="no constant stride"):
         rg.stride
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no constant stride"):
         rg.const_rg
 
 
-@pytest.mark.parametrize("assignment, error", [
-    ([0, 0, 1], ValueError),  # wrong length
-    ([0, 0, 0, 1], ValueError),  # unequal groups
-    ([0, 0, 2, 2], ValueError),  # missing group 1
-    ("0011", TypeError),
-    ([0, 0, 1.0, 1], TypeError),
+@pytest.mark.parametrize("assignment, error, message", [
+    ([0, 0, 1], ValueError, "assignment has 3 entries but the replication "
+     "factor is 4: give one group index per replica"),
+    ([0, 0, 0, 1], ValueError, r"must have the same size, got group sizes "
+     r"\[1, 3\]"),
+    ([0, 0, 2, 2], ValueError, "must be 0..num_groups-1 with none missing"),
+    ("0011", TypeError, "assignment must be a list of ints"),
+    ([0, 0, 1.0, 1], TypeError, "assignment must be a list of ints"),
 ])
-def test_assignment_validation(assignment, error):
-    with pytest.raises(error):
+def test_assignment_validation(assignment, error, message):
+    with pytest.raises(error, match=message):
         Ir(replication=4).replica_grouping_from_assignments(assignment)
 
 
@@ -145,7 +150,7 @@ def test_ir_identity():
     assert a == a and a != b
     assert len({a, b, a}) == 2
     assert repr(a) == f"Ir[id={a.id}]"
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Value must be of type poptorch.Ir"):
         a == 1  # pylint: disable=pointless-statement
 
 
@@ -164,7 +169,8 @@ def test_instance_replication_factor_divides_by_processes():
     ir = Ir(replication=8)
     ir._set_num_instances(2)
     assert ir.instance_replication_factor == 4
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"The replication factor \(8\) must "
+                       r"be a multiple of the number of instances \(3\)"):
         ir._set_num_instances(3)
 
 
@@ -173,9 +179,11 @@ def test_num_host_transfers():
     assert ir.num_host_transfers == 1
     ir.num_host_transfers = 6
     assert ir.num_host_transfers == 6
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError,
+                       match="num_host_transfers must be at least 1, got 0"):
         ir.num_host_transfers = 0
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError,
+                       match="num_host_transfers must be an int, not float"):
         ir.num_host_transfers = 2.0
 
 
@@ -319,7 +327,8 @@ def test_graph_call_checks_inputs():
         graph()
     with pytest.raises(ValueError, match="shape"):
         graph(torch.ones(3))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Input 'x' of graph .* must be a "
+                       "torch.Tensor, got list"):
         graph([1.0, 2.0])
 
 
@@ -355,7 +364,7 @@ def test_create_empty_graph():
     assert first.is_empty() and first.inputs == () and first.outputs == ()
     assert first() is None
     assert ir.get_graph(named.name) is named
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="has no graph named 'nothing'"):
         ir.get_graph("nothing")
 
 

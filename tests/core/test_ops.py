@@ -48,7 +48,8 @@ def test_identity_loss_unsupported_reduction(reduction):
 
 
 def test_identity_loss_op_rejects_bad_codes():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"poptorch.identity_loss reduction "
+                       r"must be 0 \(sum\), 1 \(mean\) or 2 \(none\), got 7"):
         torch.ops.poptorch.identity_loss(torch.ones(2), 7)
 
 
@@ -178,12 +179,15 @@ def test_serialized_matmul(traced):
     torch.testing.assert_close(run(lhs, rhs), torch.matmul(lhs, rhs))
 
 
-@pytest.mark.parametrize("args", [("bad", 2, False), (None, 2.0, False),
-                                  (None, 2, 1)])
-def test_serialized_matmul_asserts_argument_types(args):
+@pytest.mark.parametrize("args, message", [
+    (("bad", 2, False), r"mode must be a poptorch.MatMulSerializationMode "
+     r"\(got str\)"),
+    ((None, 2.0, False), r"factor must be an int \(got float\)"),
+    ((None, 2, 1), r"keep_precision must be a bool \(got int\)")])
+def test_serialized_matmul_asserts_argument_types(args, message):
     mode, factor, keep = args
     mode = mode or poptorch.MatMulSerializationMode.ReducingDim
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=message):
         poptorch.serializedMatMul(torch.ones(2, 2), torch.ones(2, 2), mode,
                                   factor, keep)
 

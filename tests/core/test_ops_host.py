@@ -168,15 +168,18 @@ def test_multi_conv_setters_and_errors():
     with pytest.raises(AssertionError,
                        match="Invalid available memory proportion!"):
         poptorch.MultiConv().availableMemoryProportions(1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Invalid partials types. Expecting "
+                       "torch.float or torch.half, got torch.int32"):
         poptorch.MultiConv().partialsTypes(torch.int32)
     with pytest.raises(ValueError, match="value must be bool or list of bools"):
         poptorch.MultiConv().enableConvDithering("yes")
     with pytest.raises(AssertionError, match="Invalid plan type!"):
         poptorch.MultiConv().planType("serial")
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=r"perConvReservedTiles expects "
+                       r"an int \(got float\)"):
         poptorch.MultiConv().perConvReservedTiles(1.5)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"cycleBackOff expects a float \(got int\)"):
         poptorch.MultiConv().cycleBackOff(1)
 
 
@@ -227,7 +230,8 @@ def test_name_scope_prefixes_nested_ops():
 
 def test_attribute_sets_and_restores_values():
     from poptorch_core.ops.scopes import _current_attributes
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"poptorch.Attribute\(__outline=...\) "
+                       r"expects a dict of attribute values"):
         poptorch.Attribute(__outline="layer")
     with pytest.raises(ValueError, match="non-ASCII"):
         poptorch.Attribute(__outline={"layer": "\u00e9"})
@@ -331,18 +335,22 @@ def test_fps_random_start_picks_farthest_points_per_example():
             assert dist.argmax() + start == picks[k]
 
 
-@pytest.mark.parametrize("args, error", [
-    (([1.0], [0, 1]), TypeError),
-    ((None, (0, 4)), TypeError),
-    ((None, [0, 4], "0.5"), TypeError),
-    ((None, [0, 4], 0.5, 1), TypeError),
-    ((None, [0, 4], 1.5), ValueError),
-    ((None, [0, 3]), ValueError),
-    ((None, [0, 3, 2, 4]), ValueError),
+_PTR_RULE = r"ptr must start at 0, never decrease and end at the number of " \
+    r"points \(4\)"
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (([1.0], [0, 1]), TypeError, "src must be a torch.Tensor, got list"),
+    ((None, (0, 4)), TypeError, "ptr must be a non-empty list of ints"),
+    ((None, [0, 4], "0.5"), TypeError, "ratio must be a float, got str"),
+    ((None, [0, 4], 0.5, 1), TypeError, "random_start must be a bool, got int"),
+    ((None, [0, 4], 1.5), ValueError, r"ratio must be in \(0, 1\], got 1.5"),
+    ((None, [0, 3]), ValueError, _PTR_RULE),
+    ((None, [0, 3, 2, 4]), ValueError, _PTR_RULE),
 ])
-def test_fps_checks_its_arguments(args, error):
+def test_fps_checks_its_arguments(args, error, message):
     args = (torch.randn(4, 2), ) + args[1:] if args[0] is None else args
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         poptorch.fps(*args)
 
 

@@ -8,6 +8,7 @@ import torch
 
 import poptorch
 from poptorch_core.optim._device import DeviceOptimizer
+from ._reference_optim import LambReference, TFRMSpropReference
 
 STEPS = 5
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -107,8 +108,15 @@ TORCH_EQUIVALENT = {
                          decoupled_weight_decay=True)),
     "adamw": (lambda p: P.AdamW(p, lr=0.01, weight_decay=0.1),
               lambda p: T.AdamW(p, lr=0.01, weight_decay=0.1)),
+    # maximize takes the per-parameter path (the others are packed).
+    "adamw_maximize": (
+        lambda p: P.AdamW(p, lr=0.01, weight_decay=1.0, maximize=True),
+        lambda p: T.AdamW(p, lr=0.01, weight_decay=1.0, maximize=True)),
     "rmsprop": (lambda p: P.RMSprop(p, lr=0.01),
                 lambda p: T.RMSprop(p, lr=0.01)),
+    "rmsprop_weight_decay": (
+        lambda p: P.RMSprop(p, lr=0.01, weight_decay=1.0),
+        lambda p: T.RMSprop(p, lr=0.01, weight_decay=1.0)),
     "rmsprop_centered_momentum": (
         lambda p: P.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-6, momentum=0.5,
                             centered=True, weight_decay=0.01),
@@ -378,23 +386,6 @@ def test_fp16_gradient_accumulator_rounds_the_reduced_gradient():
     _assert_same_params(dev_model, ref, rtol=0, atol=0)
 
 
-def _tf_rmsprop_reference(model, batches, lr, alpha, eps, momentum):
-    """TensorFlow's RMSprop, written from its definition."""
-    params = list(model.parameters())
-    ms = [torch.ones_like(p) for p in params]
-    mom = [torch.zeros_like(p) for p in params]
-    for x, y in batches:
-        grads = torch.autograd.grad(_loss(model, x, y), params)
-        with torch.no_grad():
-            for p, g, v, b in zip(params, grads, ms, mom):
-                v.copy_(alpha * v + (1 - alpha) * g * g)
-                step = lr * g / torch.sqrt(v + eps)
-                if momentum:
-                    b.copy_(momentum * b + step)
-                    step = b
-                p.sub_(step)
-
-
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_rmsprop_tf_variant(momentum):
     kwargs = dict(lr=0.01, alpha=0.9, eps=1e-3, momentum=momentum)
@@ -402,7 +393,8 @@ def test_rmsprop_tf_variant(momentum):
     dev_model, dev_opt = _on_device(
         host, P.RMSprop(host.parameters(), use_tf_variant=True, **kwargs))
     _train_device(dev_model, dev_opt, _batches())
-    _tf_rmsprop_reference(ref, _batches(), **kwargs)
+    _train_torch(ref, TFRMSpropReference(ref.parameters(), **kwargs),
+                 _batches())
     _assert_same_params(dev_model, ref)
     torch_variant = _model()
     _train_torch(torch_variant, T.RMSprop(torch_variant.parameters(),
@@ -411,11 +403,14 @@ def test_rmsprop_tf_variant(momentum):
                               rtol=1e-3, atol=1e-4)
 
 
-def test_adamw_without_bias_correction():
+@pytest.mark.parametrize("maximize", [False, True])
+def test_adamw_without_bias_correction(maximize):
+    """On the packed path and (maximize) the per-parameter one."""
     lr, (b1, b2), eps, wd = 0.01, (0.9, 0.999), 1e-8, 0.1
     host, ref = _model(), _model()
     dev_model, dev_opt = _on_device(host, P.AdamW(
-        host.parameters(), lr=lr, weight_decay=wd, bias_correction=False))
+        host.parameters(), lr=lr, weight_decay=wd, bias_correction=False,
+        maximize=maximize))
     _train_device(dev_model, dev_opt, _batches())
     params = list(ref.parameters())
     m = [torch.zeros_like(p) for p in params]
@@ -424,6 +419,7 @@ def test_adamw_without_bias_correction():
         grads = torch.autograd.grad(_loss(ref, x, y), params)
         with torch.no_grad():
             for p, g, mi, vi in zip(params, grads, m, v):
+                g = -g if maximize else g
                 mi.copy_(b1 * mi + (1 - b1) * g)
                 vi.copy_(b2 * vi + (1 - b2) * g * g)
                 p.copy_(p * (1 - lr * wd) - lr * mi / (vi.sqrt() + eps))
@@ -434,13 +430,15 @@ def test_adamw_without_bias_correction():
     {"lr": 0.01},
     {"lr": 0.02, "bias_correction": False, "weight_decay": 0.0},
     {"lr": 0.01, "max_weight_norm": 0.5, "betas": (0.8, 0.9)},
+    {"lr": 0.01, "weight_decay": 1.0},
 ])
-def test_lamb_matches_its_own_step(kwargs):
+def test_lamb_matches_its_definition(kwargs):
     host, ref = _model(), _model()
     dev_model, dev_opt = _on_device(
         host, P.LAMB(_two_groups(host, lr=0.03), **kwargs))
     _train_device(dev_model, dev_opt, _batches())
-    _train_torch(ref, P.LAMB(_two_groups(ref, lr=0.03), **kwargs), _batches())
+    _train_torch(ref, LambReference(_two_groups(ref, lr=0.03), **kwargs),
+                 _batches())
     _assert_same_params(dev_model, ref)
 
 

@@ -252,14 +252,22 @@ def test_simple_typed_setters():
     assert opts.max_repeat_logs == 2**64 - 1
     opts.modelName("m").useIpuId(3).useIpuModel(True)
     assert (opts.model_name, opts.ipu_id, opts.use_model) == ("m", 3, True)
-    for bad in (lambda: opts.broadcastBuffers(1),
-                lambda: opts.logDir(3),
-                lambda: opts.maxRepeatLogs("x"),
-                lambda: opts.modelName(1),
-                lambda: opts.useIpuId("0"),
-                lambda: opts.useIpuModel(1),
-                lambda: opts.autoRoundNumIPUs("yes")):
-        with pytest.raises(AssertionError):
+    for bad, message in (
+            (lambda: opts.broadcastBuffers(1),
+             "Unexpected type <class 'int'> for option broadcast_buffers"),
+            (lambda: opts.logDir(3),
+             r"log_dir must be of type str or PathLike \(got int\)"),
+            (lambda: opts.maxRepeatLogs("x"),
+             "Unexpected type <class 'str'> for option max_repeat_logs"),
+            (lambda: opts.modelName(1),
+             r"name must be of type str \(got int\)"),
+            (lambda: opts.useIpuId("0"),
+             r"ipu_id must be of type int \(got str\)"),
+            (lambda: opts.useIpuModel(1),
+             r"use_model must be of type bool \(got int\)"),
+            (lambda: opts.autoRoundNumIPUs("yes"),
+             "Unexpected type <class 'str'> for option auto_round_num_ipus")):
+        with pytest.raises(AssertionError, match=message):
             bad()
 
 
@@ -372,12 +380,18 @@ def test_backend_option_setters():
     assert popart["updatableNamedBuffers"] == ["bn.running_mean"]
     opts.enableSyntheticData(False)
     assert popart["syntheticDataMode"] == 0
-    for bad in (lambda: opts.enableStableNorm(1),
-                lambda: opts.enableSyntheticData("on"),
-                lambda: opts.logCycleCount(None),
-                lambda: opts.updatableNamedBuffers("bn"),
-                lambda: opts.updatableNamedBuffers([1])):
-        with pytest.raises(AssertionError):
+    for bad, message in (
+            (lambda: opts.enableStableNorm(1),
+             r"enabled must be of type bool \(got int\)"),
+            (lambda: opts.enableSyntheticData("on"),
+             r"enabled must be of type bool \(got str\)"),
+            (lambda: opts.logCycleCount(None),
+             r"log_cycle_count must be of type bool \(got NoneType\)"),
+            (lambda: opts.updatableNamedBuffers("bn"),
+             "updatableNamedBuffers expects a list of buffer names"),
+            (lambda: opts.updatableNamedBuffers([1]),
+             "updatableNamedBuffers expects a list of buffer names")):
+        with pytest.raises(AssertionError, match=message):
             bad()
 
 
@@ -418,9 +432,11 @@ def test_private_state_setters():
     assert opts._module_namescope_enabled is False
     opts.sourceLocationExcludes(["a"]).appendToLocationExcludes("b", "c")
     assert opts._source_location_excludes == ["a", "b", "c"]
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"show must be of type bool \(got str\)"):
         opts.showCompilationProgressBar("no")
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"relax must be of type bool \(got int\)"):
         opts.relaxOptimizerAttributesChecks(0)
     with pytest.raises(AssertionError, match="expects a list of strings"):
         opts.sourceLocationExcludes("a")

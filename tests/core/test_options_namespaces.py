@@ -35,7 +35,8 @@ def test_training_options():
         training.gradientAccumulation(0)
     with pytest.raises(AssertionError, match="Unexpected type"):
         training.gradientAccumulation(2.0)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="mean_reduction_strategy must be "
+                       "of type MeanReductionStrategy"):
         training.setMeanAccumulationAndReplicationReductionStrategy(1)
 
 
@@ -49,9 +50,11 @@ def test_training_backend_options():
         "enableConvDithering": True,
         "partialsType": "half"
     }
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"enabled must be of type bool \(got int\)"):
         opts.Training.setAutomaticLossScaling(1)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"enabled must be of type bool \(got str\)"):
         opts.Training.setConvolutionDithering("yes")
 
 
@@ -67,9 +70,11 @@ def test_precision_options(caplog):
                        match="parameter to setPartialsType should be "
                        "eithertorch.float or torch.half"):
         precision.setPartialsType(torch.int32)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"enabled must be of type bool \(got int\)"):
         precision.enableFloatingPointExceptions(1)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError,
+                       match=r"enabled must be of type bool \(got NoneType\)"):
         precision.enableStochasticRounding(None)
     with caplog.at_level("WARNING", logger="poptorch::python"):
         precision.halfFloatCasting(enums.HalfFloatCastingBehavior
@@ -115,14 +120,22 @@ def test_tensor_locations():
     assert "onChip" not in settings.toDict()
     with pytest.raises(AssertionError, match="TensorLocationSettings"):
         locations.setWeightLocation({"onChip": 1})
-    for bad in (lambda: settings.minElementsForOffChip(-1),
-                lambda: settings.minElementsForOffChip(1.0),
-                lambda: settings.minElementsForReplicatedTensorSharding("8"),
-                lambda: settings.useOnChipStorage(1),
-                lambda: settings.useReplicatedTensorSharding(1),
-                lambda: settings.useIOTilesToLoad(None),
-                lambda: settings.useIOTilesToStore("no")):
-        with pytest.raises(AssertionError):
+    for bad, message in (
+            (lambda: settings.minElementsForOffChip(-1),
+             "min_elements must be >= 0"),
+            (lambda: settings.minElementsForOffChip(1.0),
+             r"min_elements must be of type int \(got float\)"),
+            (lambda: settings.minElementsForReplicatedTensorSharding("8"),
+             r"min_elements must be of type int \(got str\)"),
+            (lambda: settings.useOnChipStorage(1),
+             r"use must be of type bool \(got int\)"),
+            (lambda: settings.useReplicatedTensorSharding(1),
+             r"use must be of type bool \(got int\)"),
+            (lambda: settings.useIOTilesToLoad(None),
+             r"use must be of type bool \(got NoneType\)"),
+            (lambda: settings.useIOTilesToStore("no"),
+             r"use must be of type bool \(got str\)")):
+        with pytest.raises(AssertionError, match=message):
             bad()
 
 

@@ -159,6 +159,23 @@ def test_int64_input_that_does_not_fit_int32_is_an_error():
     model = poptorch.inferenceModel(torch.nn.Identity())
     with pytest.raises(poptorch.Error, match="does not fit torch.int32"):
         model(torch.tensor([2**40]))
+    # Once compiled, each call's inputs are checked too, by position.
+    model(torch.tensor([1]))
+    with pytest.raises(poptorch.Error, match=r"^Input 0 of dtype torch.int64 "
+                       r"holds the value 1099511627776, which does not fit "
+                       r"torch.int32 \(range \[-2147483648, 2147483647\]\)"):
+        model(torch.tensor([2**40]))
+
+
+def test_int64_output_that_does_not_fit_int32_is_an_error():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x * 1, (x * 3e9).to(torch.int64)
+
+    with pytest.raises(poptorch.Error, match=r"^Output 1 of dtype torch.int64 "
+                       r"holds the value 3000000000, which does not fit "
+                       r"torch.int32"):
+        poptorch.inferenceModel(Model())(torch.ones(2))
 
 
 def test_model_sees_demoted_dtypes():
@@ -178,11 +195,34 @@ def test_model_sees_demoted_dtypes():
 def test_indivisible_batch_is_an_assertion():
     opts = poptorch.Options().deviceIterations(3)
     model = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
-    with pytest.raises(AssertionError, match=r"Invalid batch dimension: In the "
-                       r"input torch.Size\(\[4, 2\]\), the batch dimension "
-                       r"\(4\) must be a multiple of Options.deviceIterations"
-                       r"\(3\)"):
+    with pytest.raises(AssertionError, match=(
+            r"^Invalid batch dimension: In the input torch.Size\(\[4, 2\]\), "
+            r"the batch dimension \(4\) must be a multiple of "
+            r"Options.deviceIterations\(3\) \* \(Options.replicationFactor"
+            r"\(1\) / Options.inputReplicaGrouping.input_group_size\(1\)\) "
+            r"\* Options.Training.gradientAccumulation\(1\) = 3 because it is "
+            r"used to calculate the batch size which will be executed on the "
+            r"device in any given iteration. For a full explanation see the "
+            r"batching semantics page of the PopTorch documentation.$")):
         model(torch.randn(4, 2))
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def test_a_0_dim_input_counts_as_a_batch_of_one():
+    """A 0-dim tensor is not split: it passes when one micro-batch is
+    consumed per call, and is an indivisible batch of 1 otherwise."""
+    x, scale = torch.randn(4, 2), torch.tensor(3.0)
+    out = poptorch.inferenceModel(_Scaled())(x, scale)
+    torch.testing.assert_close(out, x * scale)
+    opts = poptorch.Options().deviceIterations(2)
+    with pytest.raises(AssertionError, match=r"In the input torch.Size\(\[\]\), "
+                       r"the batch dimension \(1\) must be a multiple of "
+                       r"Options.deviceIterations\(2\)"):
+        poptorch.inferenceModel(_Scaled(), opts)(x, scale)
 
 
 def test_replicas_read_their_input_group():

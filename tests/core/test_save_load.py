@@ -1,5 +1,9 @@
 """Saving and loading compiled models (spec 4.3)."""
 import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -33,6 +37,51 @@ def test_round_trip_continues_training_identically(tmp_path):
     torch.testing.assert_close(loss_a, loss_b)
     for p, q in zip(model.parameters(), restored.model.parameters()):
         torch.testing.assert_close(p, q)
+
+
+_CONTINUE_ELSEWHERE = textwrap.dedent("""
+    import sys
+    import torch
+    import poptorch
+    model_path, batches_path, out_path = sys.argv[1:]
+    restored = poptorch.load(model_path)
+    losses = [restored(*batch)[1].detach()
+              for batch in torch.load(batches_path)]
+    torch.save({"losses": losses,
+                "params": [p.detach() for p in restored.model.parameters()]},
+               out_path)
+""")
+
+
+def test_a_fresh_process_continues_training_identically(tmp_path):
+    """Saved in this process, loaded in a new interpreter: weights, Adam's
+    moments and step counts and the options (two device iterations) all
+    come along, so two more calls there equal two more calls here."""
+    torch.manual_seed(1)
+    model = MLP()
+    opts = poptorch.Options().deviceIterations(2)
+    ipu = poptorch.trainingModel(
+        model, opts, poptorch.optim.Adam(model.parameters(), lr=0.01))
+    batches = [(torch.randn(8, 4), torch.randn(8, 3)) for _ in range(3)]
+    ipu(*batches[0])
+    ipu.save(str(tmp_path / "model.poptorch"))
+    torch.save(batches[1:], tmp_path / "batches.pt")
+    root = pathlib.Path(__file__).resolve().parents[2]  # imports tests.core
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    done = subprocess.run(
+        [sys.executable, "-c", _CONTINUE_ELSEWHERE,
+         str(tmp_path / "model.poptorch"), str(tmp_path / "batches.pt"),
+         str(tmp_path / "out.pt")], env=env, capture_output=True, text=True,
+        timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    elsewhere = torch.load(tmp_path / "out.pt")
+    losses = [ipu(*batch)[1] for batch in batches[1:]]
+    for here, there in zip(losses, elsewhere["losses"]):
+        torch.testing.assert_close(there, here)
+    assert len(elsewhere["params"]) == len(list(model.parameters()))
+    for here, there in zip(model.parameters(), elsewhere["params"]):
+        torch.testing.assert_close(there, here.detach())
 
 
 def test_directory_target_and_export_without_model(tmp_path):

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import poptorch
+from ._eager import train_call
 from ._models import GIN, MLP, graph_batch
+from ._reference_optim import LambReference, TFRMSpropReference
 
 GRID = [(d, g, r) for d in (1, 3) for g in (1, 2, 4) for r in (1, 2)]
 
@@ -108,6 +110,59 @@ def test_optimizers_match_torch(optimizer_class, kwargs):
                                    atol=1e-5)
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+P = poptorch.optim
+RMSPROP_AND_LAMB = {
+    "rmsprop_centered_momentum": (
+        lambda p: P.RMSprop(p, lr=0.01, alpha=0.9, momentum=0.5,
+                            centered=True, weight_decay=0.01),
+        lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, momentum=0.5,
+                                      centered=True, weight_decay=0.01)),
+    "rmsprop_native": (lambda p: torch.optim.RMSprop(p, lr=0.01),
+                       lambda p: torch.optim.RMSprop(p, lr=0.01)),
+    "rmsprop_tf": (
+        lambda p: P.RMSprop(p, lr=0.01, alpha=0.9, eps=0.5, momentum=0.5,
+                            use_tf_variant=True),
+        lambda p: TFRMSpropReference(p, lr=0.01, alpha=0.9, eps=0.5,
+                                     momentum=0.5)),
+    "rmsprop_tf_centered": (
+        lambda p: P.RMSprop(p, lr=0.01, alpha=0.9, eps=0.5, centered=True,
+                            use_tf_variant=True),
+        lambda p: TFRMSpropReference(p, lr=0.01, alpha=0.9, eps=0.5,
+                                     centered=True)),
+    "lamb": (lambda p: P.LAMB(p, lr=0.01),
+             lambda p: LambReference(p, lr=0.01)),
+    "lamb_no_bias_clipped_norm": (
+        lambda p: P.LAMB(p, lr=0.02, bias_correction=False,
+                         max_weight_norm=0.5, betas=(0.8, 0.9)),
+        lambda p: LambReference(p, lr=0.02, bias_correction=False,
+                                max_weight_norm=0.5, betas=(0.8, 0.9))),
+}
+
+
+@pytest.mark.parametrize("config", sorted(RMSPROP_AND_LAMB))
+def test_rmsprop_and_lamb_through_training_model(config):
+    """Two device iterations of two accumulation steps, three calls,
+    against torch's RMSprop or a reference written from the definition."""
+    ipu_factory, ref_factory = RMSPROP_AND_LAMB[config]
+    torch.manual_seed(7)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    opts = poptorch.Options().deviceIterations(2)
+    opts.Training.gradientAccumulation(2)
+    ipu_model = poptorch.trainingModel(model, opts,
+                                       ipu_factory(model.parameters()))
+    ref_opt = ref_factory(reference.parameters())
+    gen = torch.Generator().manual_seed(8)
+    for _ in range(3):
+        x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 3,
+                                                            generator=gen)
+        _, loss = ipu_model(x, y)
+        (_, ref_loss), = train_call(reference, ref_opt, (x, y), 2, 2)[-1][-1]
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_batchnorm_buffers_follow_micro_batch_order():

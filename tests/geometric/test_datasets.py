@@ -94,9 +94,10 @@ def test_synthetic_molecules_layout():
 
 
 def test_synthetic_molecules_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"num_graphs \(-1\) must be >= 0"):
         SyntheticMolecules(-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"Need 1 <= mean_num_nodes \(200\) "
+                       r"<= max_num_nodes \(100\)"):
         SyntheticMolecules(5, mean_num_nodes=200, max_num_nodes=100)
 
 

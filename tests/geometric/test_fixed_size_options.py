@@ -53,13 +53,25 @@ def test_repr():
         assert field in text
 
 
-def test_from_dataset():
+def _worst_case(largest, batch_size):
+    """Room for ``batch_size - 1`` of the largest graphs plus one padding
+    node or edge."""
+    return largest * (batch_size - 1) + 1
+
+
+@pytest.mark.parametrize("batch_size", [2, 10])
+def test_from_dataset(batch_size):
     seed_everything(42)
     ds = FakeDataset(num_graphs=100, avg_num_nodes=10)
-    opts = FixedSizeOptions.from_dataset(ds, 10)
-    assert (opts.num_nodes, opts.num_edges, opts.num_graphs) == \
-        (109, 1099, 10)
-    with pytest.raises(ValueError):
+    opts = FixedSizeOptions.from_dataset(ds, batch_size)
+    assert opts.num_nodes == _worst_case(max(g.num_nodes for g in ds),
+                                         batch_size)
+    assert opts.num_edges == _worst_case(max(g.num_edges for g in ds),
+                                         batch_size)
+    assert opts.num_graphs == batch_size
+    with pytest.raises(ValueError, match=r"num_graphs \(1\) must be at least "
+                       "2: a fixed-size batch needs at least one real graph "
+                       "and one padding graph"):
         FixedSizeOptions.from_dataset(ds, 1)
 
 
@@ -68,11 +80,13 @@ def test_from_dataset_hetero():
     ds = FakeHeteroDataset(num_graphs=100, num_node_types=2,
                            num_edge_types=5, avg_num_nodes=50)
     opts = FixedSizeOptions.from_dataset(ds, 10)
-    assert opts.num_nodes == {"v0": 559, "v1": 559}
+    graphs = list(ds)
+    assert opts.num_nodes == {
+        t: _worst_case(max(g[t].num_nodes for g in graphs), 10)
+        for t in ds[0].node_types}
     assert opts.num_edges == {
-        ("v0", "e0", "v0"): 5212, ("v1", "e0", "v1"): 5176,
-        ("v0", "e0", "v1"): 5239, ("v1", "e0", "v0"): 5149,
-        ("v0", "e1", "v1"): 5176}
+        t: _worst_case(max(g[t].num_edges for g in graphs), 10)
+        for t in ds[0].edge_types}
 
 
 def test_from_loader_replays_to_the_sample_limit():
@@ -86,8 +100,12 @@ def test_from_loader_replays_to_the_sample_limit():
 
 
 def test_from_loader_of_plain_graphs():
-    opts = FixedSizeOptions.from_loader([graph(3, 4), graph(5, 2)], 10)
-    assert (opts.num_nodes, opts.num_edges, opts.num_graphs) == (6, 5, 2)
+    """A loader of single graphs: each is a batch of one."""
+    graphs = [graph(3, 4), graph(5, 2)]
+    opts = FixedSizeOptions.from_loader(graphs, 10)
+    assert opts.num_nodes == max(g.num_nodes for g in graphs) + 1
+    assert opts.num_edges == max(g.num_edges for g in graphs) + 1
+    assert opts.num_graphs == 1 + 1
 
 
 def test_from_loader_hetero():

@@ -26,7 +26,9 @@ def test_pre_layer_masker_calls_the_layer(kind):
 
 
 def test_abstract():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Can't instantiate abstract class "
+                       "Masker"):
         Masker()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Can't instantiate abstract class "
+                       "LayerMasker"):
         LayerMasker(NoMasker())

@@ -188,7 +188,8 @@ def test_validation(fake_dataset):
     with pytest.raises(AssertionError, match="collate_fn"):
         FixedSizeDataLoader(fake_dataset, batch_size=4,
                             fixed_size_options=opts, collate_fn=list)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError,
+                       match="Unsupported fixed_size_strategy Other"):
         FixedSizeDataLoader(fake_dataset, batch_size=4,
                             fixed_size_options=opts,
                             fixed_size_strategy="Other")

@@ -93,7 +93,8 @@ def test_skipped_samples_are_counted_and_logged(poptorch_log):
 def test_len_with_random_base_sampler():
     ds = _dataset([1, 2, 3])
     sampler = StreamPackingSampler(ds, 2, base_sampler=RandomSampler(ds))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="The number of packed "
+                       "batches depends on the sample order"):
         len(sampler)
 
 
