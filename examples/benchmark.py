@@ -53,6 +53,7 @@ from poptorch_geometric.datasets import NCITPSA
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_sampling  # noqa: E402
 from _example_common import write_json  # noqa: E402
+from bench_first_step import first_step_seconds  # noqa: E402
 from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
 from _example_common import device_estimate  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
@@ -61,7 +62,7 @@ GRAPHS_PER_BATCH = 128
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 #: Keys of the JSON record that tests and dashboards rely on.
 RECORD_KEYS = ("config", "collation", "packing", "training", "overhead",
-               "compilations", "ratios", "simulated_ipu")
+               "first_step", "compilations", "ratios", "simulated_ipu")
 
 
 def _inputs(batch) -> List[torch.Tensor]:
@@ -285,6 +286,9 @@ def print_table(record: Dict[str, Any]) -> None:
     print(f"{'executor step, interpret / eager (ms)':52}"
           f"{o['interpret_step_ms']:>6.2f}/{o['eager_step_ms']:<5.2f}"
           f"{o['interpret_over_eager']:>9.3f}")
+    for backend, r in record["first_step"].items():
+        print(f"{'first step, ' + backend + ' (s, cold / warm cache)':52}"
+              f"{r['cold_s']:>6.1f}/{r['warm_s']:<5.1f}")
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
     print(f"simulated IPU: {record['simulated_ipu']['summary']}")
@@ -398,6 +402,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     }
     progress(f"executor overhead ({args.overhead_rounds} rounds)")
     record["overhead"] = executor_overhead(dataset, sizes, args)
+    progress("first step per backend, cold and warm inductor cache "
+             "(fresh processes)")
+    record["first_step"] = first_step_seconds(args.backends, args.data_root)
     record["compilations"] = {
         f"{name} ({key.split('_', 1)[1].replace('_', ' ')})": result[key]
         for name, result in record["training"].items()

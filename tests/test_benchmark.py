@@ -128,3 +128,12 @@ def test_sampling_rows(record):
             assert math.isfinite(ratio) and ratio > 0
     assert sampling["neighbor"]["fanouts"] == [15, 10]
     assert sampling["cluster"]["num_parts"] == 50
+
+
+def test_first_step_is_recorded_per_backend(record):
+    _, data = record
+    assert set(data["first_step"]) == set(data["config"]["backends"])
+    for result in data["first_step"].values():
+        assert result["cold_s"] > 0 and result["warm_s"] > 0
+        # The first step traces (and compiles): it is slower than a step.
+        assert result["cold_s"] > result["steady_step_s"]

@@ -3,6 +3,7 @@ that turns row scatter-adds into ATen ``index_add`` (what it rewrites, that
 rewritten graphs compute the same values), ``relu``'s backward kept as an
 ATen op, and a message-passing model trained with both."""
 import copy
+import pickle
 
 import pytest
 import torch
@@ -189,3 +190,23 @@ def _compiled_message_passing_matches_interpret():
     for p, q in zip(results["compile"][0].parameters(),
                     results["interpret"][0].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_the_compile_options_keep_inductor_caches_usable():
+    """Inductor hashes what compile_fx is given; a table of unpicklable
+    decomposition functions made every compilation bypass its caches (a
+    warm start recompiled everything). The table pickles by the ops it
+    leaves out, so its hash is stable and names what it changes."""
+    from torch._inductor.codecache import FxGraphCachePickler
+    from torch._inductor.compile_fx import _ConstantDecompTable
+    from poptorch_core.executor.backends._cpu_inductor import (
+        KEPT_ATEN_OPS, compile_fx_options)
+    pickler = FxGraphCachePickler(torch.fx.GraphModule(torch.nn.Module(),
+                                                       torch.fx.Graph()))
+    first = compile_fx_options()["decompositions"]
+    second = compile_fx_options()["decompositions"]
+    assert pickler.dumps(_ConstantDecompTable(first)) == \
+        pickler.dumps(_ConstantDecompTable(second))
+    assert not KEPT_ATEN_OPS & set(first) and len(first) > 100
+    rebuilt = pickle.loads(pickle.dumps(first))
+    assert set(rebuilt) == set(first)

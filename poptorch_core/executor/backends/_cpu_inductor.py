@@ -210,11 +210,35 @@ POST_GRAD_PASS = CpuPostGradPass()
 KEPT_ATEN_OPS = frozenset({_aten.threshold_backward.default})
 
 
+class _DecompositionsWithout(dict):
+    """Inductor's decomposition table without some ops.
+
+    Inductor's compilation caches hash what ``compile_fx`` is given, and
+    the table's functions do not pickle, which made every compilation
+    bypass the caches (a warm start recompiled everything). This table
+    pickles as the names of the ops it leaves out: the rest is inductor's
+    own table, which the torch version in the cache key already pins.
+    """
+
+    def __init__(self, left_out: frozenset):
+        from torch._inductor.decomposition import select_decomp_table
+        super().__init__((op, fn) for op, fn in select_decomp_table().items()
+                         if op not in left_out)
+        self.left_out = left_out
+
+    def __reduce_ex__(self, protocol):
+        return (_decompositions_without,
+                (tuple(sorted(str(op) for op in self.left_out)),))
+
+
+def _decompositions_without(op_names) -> _DecompositionsWithout:
+    """Rebuilds a :class:`_DecompositionsWithout` from its op names."""
+    ops = frozenset(op for op in KEPT_ATEN_OPS if str(op) in op_names)
+    return _DecompositionsWithout(ops)
+
+
 def compile_fx_options() -> Dict[str, Any]:
     """Keyword arguments for ``compile_fx`` on CPU graphs: the post-grad
     pass and the decompositions without :data:`KEPT_ATEN_OPS`."""
-    from torch._inductor.decomposition import select_decomp_table
     return {"config_patches": {"post_grad_custom_post_pass": POST_GRAD_PASS},
-            "decompositions": {op: fn for op, fn in
-                               select_decomp_table().items()
-                               if op not in KEPT_ATEN_OPS}}
+            "decompositions": _DecompositionsWithout(KEPT_ATEN_OPS)}

@@ -1,0 +1,102 @@
+"""Benchmark: seconds from the first call of a training model to its first
+result, per backend, with a cold and with a warm compilation cache.
+
+Each measurement runs in a fresh Python process (so nothing stays in memory
+from an earlier one) on the main job's model and a packed NCI batch. Cold:
+the process gets an empty inductor cache directory. Warm: a second process
+reuses that directory, as a user's second run of a script does. The
+``interpret`` backend compiles nothing, so its two figures are the cost of
+tracing alone.
+
+Usage::
+
+    python examples/bench_first_step.py [--backends interpret compile]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+_SCRIPT = r"""
+import json, sys, time
+import torch
+import poptorch
+import poptorch_geometric as pyg_ipu
+from poptorch_geometric.datasets import NCITPSA
+sys.path.insert(0, {examples!r})
+from molecule_model import MoleculeGNN
+dataset = NCITPSA(root={root!r})[:1000]
+sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset, 128)
+loader = pyg_ipu.FixedSizeDataLoader(
+    dataset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
+    fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
+    exclude_keys=["smiles"])
+batch = next(iter(loader))
+inputs = [batch[k] for k in ("x", "edge_index", "edge_attr", "batch",
+                             "graphs_mask", "y")]
+model = MoleculeGNN(sizes.num_graphs, 64, 3, 0.0, 1.0)
+opts = poptorch.Options()
+opts.Simulator.backend({backend!r})
+train = poptorch.trainingModel(
+    model, opts, poptorch.optim.Adam(model.parameters(), lr=1e-3))
+start = time.perf_counter()
+train(*inputs)
+first = time.perf_counter() - start
+start = time.perf_counter()
+train(*inputs)
+print(json.dumps({{"first_step_s": first,
+                   "second_step_s": time.perf_counter() - start}}))
+"""
+
+
+def _run(backend: str, cache_dir: str, root: Optional[str]) -> Dict:
+    examples = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir,
+               POPTORCH_LOG_LEVEL="ERR")
+    env.pop("POPTORCH_SIM_BACKEND", None)
+    code = _SCRIPT.format(examples=examples, root=root, backend=backend)
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=900,
+                            check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"first-step run ({backend}) failed:\n"
+                           f"{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def first_step_seconds(backends: List[str],
+                       root: Optional[str] = None) -> Dict[str, Dict]:
+    """``{backend: {"cold_s", "warm_s", "steady_step_s"}}``: the first
+    call's seconds with an empty and with a filled inductor cache, and the
+    second call's (a steady step) for scale."""
+    out = {}
+    for backend in backends:
+        with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+            cold = _run(backend, cache, root)
+            warm = _run(backend, cache, root)
+        out[backend] = {"cold_s": cold["first_step_s"],
+                        "warm_s": warm["first_step_s"],
+                        "steady_step_s": warm["second_step_s"]}
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", nargs="+",
+                        default=["interpret", "compile"],
+                        choices=("interpret", "compile"))
+    parser.add_argument("--data-root", default=None)
+    args = parser.parse_args(argv)
+    for backend, r in first_step_seconds(args.backends,
+                                         args.data_root).items():
+        print(f"{backend:10} first step: cold {r['cold_s']:6.2f} s, warm "
+              f"{r['warm_s']:6.2f} s (a later step: "
+              f"{r['steady_step_s'] * 1e3:.1f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
