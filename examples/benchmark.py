@@ -12,7 +12,8 @@ data (the embedded NCI TPSA molecules) and the same model
   epoch for StreamPack (``FixedSizeOptions.for_packing``) at lookahead
   windows 0 (PopTorch's greedy packing), 64, 256 and 1024, with the
   sampler's time per batch against collation's, and for PadToMax
-  (worst-case budgets);
+  (worst-case budgets); the same for a synthetic long-tailed size
+  distribution (``bench_collation.long_tailed_graphs``);
 * training throughput: graphs/s of ``poptorch.trainingModel`` fed by
   ``poptorch_geometric.FixedSizeDataLoader`` (StreamPack), with the
   ``interpret`` and ``compile`` backends, over a plain PyG eager loop with
@@ -54,14 +55,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_sampling  # noqa: E402
 from _example_common import write_json  # noqa: E402
 from bench_first_step import first_step_seconds  # noqa: E402
-from bench_collation import collation_throughput, slot_efficiency  # noqa: E402
+from bench_collation import (collation_throughput,  # noqa: E402
+                             long_tailed_graphs, slot_efficiency)
 from _example_common import device_estimate  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 GRAPHS_PER_BATCH = 128
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 #: Keys of the JSON record that tests and dashboards rely on.
-RECORD_KEYS = ("config", "collation", "packing", "training", "overhead",
+RECORD_KEYS = ("config", "collation", "packing", "packing_long_tailed",
+               "training", "overhead",
                "first_step", "compilations", "ratios", "simulated_ipu")
 
 
@@ -278,6 +281,9 @@ def print_table(record: Dict[str, Any]) -> None:
                   f"{r['sampler_s_per_batch'] * 1e3:>5.3f}/"
                   f"{collation_s * 1e3:<6.3f}"
                   f"{r['sampler_s_per_batch'] / collation_s:>9.3f}")
+    for name, r in record.get("packing_long_tailed", {}).items():
+        print(f"{'long-tailed sizes, ' + name + ' (slots used)':52}"
+              f"{r['node_efficiency']:>11.1%} {r['edge_efficiency']:>8.1%}")
     for name, r in record["training"].items():
         label = f"training {name} ({r['steps_per_epoch']} steps/epoch)"
         print(f"{label + ' (graphs/s)':52}"
@@ -359,6 +365,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="torch intra-op threads for the training "
                              "measurements (default: torch's choice)")
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--long-tailed-graphs", type=int, default=4000,
+                        help="graphs of the synthetic long-tailed packing "
+                             "rows")
     parser.add_argument("--out", default="bench_out/benchmark.json")
     parser.add_argument("--plot", default=None, metavar="PATH.png",
                         help="also write a PNG chart of the ratios to this "
@@ -368,6 +377,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.quick:
         args.limit = args.limit or 2000
         args.epochs, args.repeats, args.overhead_rounds = 1, 3, 30
+        args.long_tailed_graphs = min(args.long_tailed_graphs, 1000)
     if args.backends is None:
         args.backends = ["interpret", "compile"]
     return args
@@ -386,6 +396,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     torch.set_num_threads(threads)
     progress("packing efficiency per lookahead window")
     packing = slot_efficiency(dataset)
+    packing_long_tailed = slot_efficiency(
+        long_tailed_graphs(args.long_tailed_graphs))
     sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset, GRAPHS_PER_BATCH)
     record: Dict[str, Any] = {
         "config": {"molecules": len(dataset), "epochs": args.epochs,
@@ -398,6 +410,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                    "torch": torch.__version__, "quick": args.quick},
         "collation": collation,
         "packing": packing,
+        "packing_long_tailed": packing_long_tailed,
         "training": training_throughput(dataset, sizes, args),
     }
     progress(f"executor overhead ({args.overhead_rounds} rounds)")

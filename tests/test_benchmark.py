@@ -32,7 +32,7 @@ def record(tmp_path_factory):
         "--plot", str(out.with_suffix(".png")),
         "--sampling-nodes", "5000", "--sampling-batches", "4",
         "--sampling-batch-size", "64", "--cluster-nodes", "100",
-        "--clusters-per-batch", "4"])
+        "--clusters-per-batch", "4", "--long-tailed-graphs", "300"])
     assert code == 0
     assert out.with_suffix(".png").stat().st_size > 0
     return benchmark, json.loads(out.read_text())
@@ -81,6 +81,10 @@ def test_packing_and_training_entries(record):
             assert entry["sampler_s_per_batch"] > 0
             assert entry["lookahead"] == (
                 0 if name.endswith("greedy") else int(name.split("_w")[1]))
+    assert sorted(data["packing_long_tailed"]) == sorted(names)
+    for entry in data["packing_long_tailed"].values():
+        assert entry["real_graphs"] == 300 and entry["skipped_graphs"] == 0
+        assert 0 < entry["node_efficiency"] <= 1
     for name in ("pyg_eager", "interpret_sync", "interpret_async"):
         entry = data["training"][name]
         assert entry["graphs_per_s"] > 0
