@@ -150,11 +150,13 @@ def _tightest_budgets(n: np.ndarray, e: np.ndarray, sizes: _Sizes,
     budget known to need at most ``batches`` batches (it bounds the search).
 
     Both budgets hold the largest graph plus one node and edge per other
-    slot (nothing is ever skipped) and the edge budget follows the node
-    budget by the dataset's edges-per-node ``ratio``.
+    slot (nothing is ever skipped), and at least one node and edge per slot
+    (the sampler's minimum, which graphs without edges would otherwise
+    miss); the edge budget follows the node budget by the dataset's
+    edges-per-node ``ratio``.
     """
-    min_nodes = int(n.max()) + num_graphs - 1
-    min_edges = int(e.max()) + num_graphs - 1
+    min_nodes = max(int(n.max()), 1) + num_graphs - 1
+    min_edges = max(int(e.max()), 1) + num_graphs - 1
     # With this many nodes the graph slots always bind first.
     high = max(min_nodes, (num_graphs - 1) * int(n.max()) + num_graphs,
                math.ceil((min_edges + 1) / max(ratio, 1e-9)))

@@ -9,11 +9,12 @@ smallest node budget that packs into B batches; the B with the highest slot
 efficiency wins, the first on ties."""
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data
 
-from poptorch_geometric import FixedSizeOptions
+from poptorch_geometric import FixedSizeOptions, StreamPackingSampler
 from poptorch_geometric.datasets import SyntheticMolecules
 
 
@@ -37,31 +38,57 @@ def _batches(sizes, num_graphs, num_nodes, num_edges):
     return count + (1 if batch else 0)
 
 
-def _brute_force_budgets(sizes, num_graphs):
+def _seeded_shuffles(sizes):
+    """The orders ``shuffle=True`` checks budgets against: six permutations
+    drawn from ``np.random.default_rng(0)``."""
+    rng = np.random.default_rng(0)
+    return [[sizes[i] for i in rng.permutation(len(sizes))]
+            for _ in range(6)]
+
+
+def _most_batches(orders, num_graphs, num_nodes, num_edges, count=_batches):
+    """The most batches any order needs (None: a graph fits no batch)."""
+    counts = [count(order, num_graphs, num_nodes, num_edges)
+              for order in orders]
+    return None if None in counts else max(counts)
+
+
+def _tightest(sizes, orders, num_graphs, target, count=_batches):
+    """``(efficiency, num_nodes, num_edges)``: the smallest node budget
+    (edges following by the ratio) that packs every order into at most
+    ``target`` batches. Every budget holds the largest graph plus one node
+    and edge per other slot, and at least one node and edge per slot (the
+    sampler's own minimum)."""
     total_n = sum(n for n, _ in sizes)
     total_e = sum(e for _, e in sizes)
-    ratio = total_e / total_n
-    min_nodes = max(n for n, _ in sizes) + num_graphs - 1
-    min_edges = max(e for _, e in sizes) + num_graphs - 1
+    ratio = total_e / max(total_n, 1)
+    min_nodes = max(max(n for n, _ in sizes), 1) + num_graphs - 1
+    min_edges = max(max(e for _, e in sizes), 1) + num_graphs - 1
 
     def edge_budget(num_nodes):
         return max(math.ceil(ratio * num_nodes), min_edges)
 
+    num_nodes = max(min_nodes, math.ceil(total_n / target))
+    while True:
+        batches = _most_batches(orders, num_graphs, num_nodes,
+                                edge_budget(num_nodes), count)
+        if batches is not None and batches <= target:
+            break
+        num_nodes += 1
+    num_edges = edge_budget(num_nodes)
+    efficiency = min(total_n / (batches * num_nodes),
+                     total_e / (batches * num_edges) if total_e else 1.0)
+    return efficiency, num_nodes, num_edges
+
+
+def _brute_force_budgets(sizes, num_graphs, orders=None, count=_batches):
+    orders = orders or [sizes]
     fewest = math.ceil(len(sizes) / (num_graphs - 1))
     best = None
     for target in range(fewest, 2 * fewest + 1):
-        num_nodes = max(min_nodes, math.ceil(total_n / target))
-        while True:
-            count = _batches(sizes, num_graphs, num_nodes,
-                             edge_budget(num_nodes))
-            if count is not None and count <= target:
-                break
-            num_nodes += 1
-        num_edges = edge_budget(num_nodes)
-        efficiency = min(total_n / (count * num_nodes),
-                         total_e / (count * num_edges))
-        if best is None or efficiency > best[0]:
-            best = (efficiency, num_nodes, num_edges)
+        candidate = _tightest(sizes, orders, num_graphs, target, count)
+        if best is None or candidate[0] > best[0]:
+            best = candidate
     return best[1], best[2]
 
 
@@ -74,6 +101,79 @@ def test_for_packing_matches_the_brute_force_rule(seed, num_graphs):
     assert (opts.num_nodes, opts.num_edges) == \
         _brute_force_budgets(sizes, num_graphs)
     assert opts.num_graphs == num_graphs
+
+
+@pytest.mark.parametrize("seed,num_graphs", [(3, 4), (4, 3)])
+def test_for_packing_with_shuffle_matches_the_brute_force_rule(seed,
+                                                               num_graphs):
+    """Budgets that hold for every one of the seeded shuffles, however
+    many batches the dataset's own order would need."""
+    dataset = SyntheticMolecules(30, seed=seed)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=num_graphs,
+                                        shuffle=True, lookahead=0)
+    assert (opts.num_nodes, opts.num_edges) == _brute_force_budgets(
+        sizes, num_graphs, orders=_seeded_shuffles(sizes))
+
+
+def test_for_packing_is_reproducible_with_shuffle():
+    dataset = SyntheticMolecules(30, seed=5)
+    first = FixedSizeOptions.for_packing(dataset, 4, shuffle=True)
+    second = FixedSizeOptions.for_packing(dataset, 4, shuffle=True)
+    assert (first.num_nodes, first.num_edges) == \
+        (second.num_nodes, second.num_edges)
+
+
+def _sized(sizes):
+    return [Data(num_nodes=n, edge_index=torch.zeros(2, e, dtype=torch.long))
+            for n, e in sizes]
+
+
+def _sampler_batches(lookahead):
+    """Batches the loader's own sampler makes (with ``lookahead``), or None
+    when a graph fits no batch."""
+    def count(sizes, num_graphs, num_nodes, num_edges):
+        if any(n + num_graphs - 1 > num_nodes or e + num_graphs - 1 >
+               num_edges for n, e in sizes):
+            return None
+        return sum(1 for _ in StreamPackingSampler(
+            _sized(sizes), max_num_graphs=num_graphs - 1,
+            max_num_nodes=num_nodes - 1, max_num_edges=num_edges - 1,
+            lookahead=lookahead))
+    return count
+
+
+def test_for_packing_with_lookahead_matches_the_sampler():
+    """With a lookahead the budgets are the smallest with which the
+    loader's sampler (topping batches up from the next samples) packs
+    into B batches, and they differ from greedy packing's here."""
+    dataset = SyntheticMolecules(24, seed=6)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=4,
+                                        shuffle=False, lookahead=8)
+    expected = _brute_force_budgets(sizes, 4, count=_sampler_batches(8))
+    assert (opts.num_nodes, opts.num_edges) == expected
+    assert expected != _brute_force_budgets(sizes, 4)
+
+
+@pytest.mark.parametrize("sizes", [
+    [(3, 0), (4, 0), (2, 0), (5, 0), (1, 0), (3, 0)],  # no edges at all
+    [(1, 2)],  # one graph of one node
+    [(1, 0), (1, 0), (1, 0)],
+])
+def test_for_packing_of_degenerate_datasets(sizes):
+    """Edgeless graphs (point clouds) and single-node graphs: the budgets
+    follow the rule and the loader's sampler accepts them (it needs at
+    least one node and one edge per graph slot)."""
+    opts = FixedSizeOptions.for_packing(_sized(sizes), graphs_per_batch=3,
+                                        shuffle=False, lookahead=0)
+    assert (opts.num_nodes, opts.num_edges) == \
+        _brute_force_budgets(sizes, 3)
+    packed = list(StreamPackingSampler(
+        _sized(sizes), max_num_graphs=2, max_num_nodes=opts.num_nodes - 1,
+        max_num_edges=opts.num_edges - 1))
+    assert sorted(i for batch in packed for i in batch) == \
+        list(range(len(sizes)))
 
 
 def _uniform(count, nodes, edges):
