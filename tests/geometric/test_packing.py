@@ -57,7 +57,8 @@ def test_packing_budgets_reject_hetero_and_empty(make_options):
     data["a"].x = torch.ones(2, 1)
     with pytest.raises(ValueError, match="homogeneous"):
         make_options([data], 4)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match=r"^Cannot derive packing budgets "
+                       r"from an empty dataset\.$"):
         make_options([], 4)
 
 

@@ -195,3 +195,77 @@ def test_for_batch_size_of_equal_graphs_is_exact(count, batch_size):
     k = math.ceil(count / batches)
     assert (opts.num_graphs, opts.num_nodes) == (k + 1, k * nodes + 1)
     assert opts.num_edges == math.ceil(edges / nodes * opts.num_nodes)
+
+
+def _brute_force_batch_size_budgets(sizes, batch_size):
+    """``for_batch_size``'s walk: slot counts from the fewest that can hold
+    the dataset in PyG's number of batches, ``max(1, batch_size // 32)``
+    apart, up to ``2 * batch_size + 1``, stopping after 8 without a better
+    efficiency; the first best wins."""
+    target = math.ceil(len(sizes) / batch_size)
+    best, since_best = None, 0
+    for num_graphs in range(math.ceil(len(sizes) / target) + 1,
+                            2 * batch_size + 2, max(1, batch_size // 32)):
+        candidate = _tightest(sizes, [sizes], num_graphs, target)
+        if best is None or candidate[0] > best[0]:
+            best, since_best = (*candidate, num_graphs), 0
+        else:
+            since_best += 1
+            if since_best == 8:
+                break
+    return best[3], best[1], best[2]
+
+
+@pytest.mark.parametrize("seed,batch_size", [(0, 2), (1, 3), (2, 5), (3, 8),
+                                             (4, 4), (5, 64)])
+def test_for_batch_size_matches_the_brute_force_rule(seed, batch_size):
+    dataset = SyntheticMolecules(130 if batch_size == 64 else 30, seed=seed)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    opts = FixedSizeOptions.for_batch_size(dataset, batch_size, shuffle=False,
+                                           lookahead=0)
+    assert (opts.num_graphs, opts.num_nodes, opts.num_edges) == \
+        _brute_force_batch_size_budgets(sizes, batch_size)
+
+
+def test_for_batch_size_is_reproducible_with_shuffle():
+    dataset = SyntheticMolecules(30, seed=7)
+    first = FixedSizeOptions.for_batch_size(dataset, 4, shuffle=True)
+    second = FixedSizeOptions.for_batch_size(dataset, 4, shuffle=True)
+    assert (first.num_graphs, first.num_nodes, first.num_edges) == \
+        (second.num_graphs, second.num_nodes, second.num_edges)
+
+
+def test_for_packing_of_a_large_dataset_steps_through_batch_counts():
+    """More than 64 candidate batch counts: the search samples them and
+    still returns budgets with which every graph is packed."""
+    dataset = SyntheticMolecules(140, seed=8)
+    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=3,
+                                        shuffle=False, lookahead=0)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    fewest = math.ceil(len(sizes) / 2)
+    assert fewest > 64
+    assert _batches(sizes, 3, opts.num_nodes, opts.num_edges) <= 2 * fewest
+
+
+@pytest.mark.parametrize("lookahead", [0, 4])
+@pytest.mark.parametrize("kind", ["nodes", "edges"])
+def test_count_packed_batches_at_the_largest_graph_that_fits(kind,
+                                                             lookahead):
+    """A graph fits an empty batch iff it leaves one node and one edge for
+    each other graph slot: at exactly that size packing succeeds, one more
+    node (or edge) and it fits no batch (None)."""
+    from poptorch_geometric._packing import count_packed_batches
+    max_graphs, max_nodes, max_edges = 3, 9, 8
+    largest = {"nodes": max_nodes, "edges": max_edges}[kind] - max_graphs + 1
+    for size in (largest, largest + 1):
+        sizes = [(2, 2), (size, 2) if kind == "nodes" else (2, size), (2, 2)]
+        expected = _batches(sizes, max_graphs + 1, max_nodes + 1,
+                            max_edges + 1)
+        assert (expected is None) == (size > largest)
+        nodes = np.array([n for n, _ in sizes])
+        edges = np.array([e for _, e in sizes])
+        count = count_packed_batches(nodes, edges, max_graphs, max_nodes,
+                                     max_edges, lookahead)
+        # Topping up from the lookahead may take fewer batches than greedy.
+        assert count == expected if lookahead == 0 else \
+            (count is None) == (expected is None)
