@@ -1,5 +1,7 @@
 """FixedSizeCollater: the padding layout, labels, masks and every
 validation error, on small hand-made graphs."""
+import re
+
 import pytest
 import torch
 from torch_geometric.data import Batch, Data, HeteroData
@@ -229,7 +231,11 @@ def test_error_mixed_types():
 
 
 def test_error_too_many_graphs():
-    with pytest.raises(RuntimeError, match="cannot hold the 3 graph"):
+    with pytest.raises(RuntimeError, match=re.escape(
+            "The fixed size of 2 graph(s) cannot hold the 3 graph(s) "
+            "received: a batch holds at most num_graphs - 1 real graphs plus "
+            "one padding graph. Increase num_graphs in FixedSizeOptions or "
+            "pass fewer graphs.")):
         FixedSizeCollater(FixedSizeOptions(100, 100, 2))(
             [graph(1, 1)] * 3)
 
