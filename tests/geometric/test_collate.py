@@ -127,6 +127,61 @@ def test_mixed_labels_raise():
             [graph(3, 1, y=torch.ones(3)), graph(2, 1, y=torch.ones(1))])
 
 
+class _SubclassedData(Data):
+    """A ``Data`` subclass: the collater reads its labels graph by graph
+    instead of by columns."""
+
+
+@pytest.mark.parametrize("data_class", [Data, _SubclassedData])
+def test_label_levels_of_plain_and_subclassed_graphs(data_class):
+    def make(num_nodes, y):
+        return data_class(x=torch.ones(num_nodes, 1), y=y,
+                          edge_index=torch.zeros(2, 1, dtype=torch.long))
+
+    opts = FixedSizeOptions(8, 6, 3, node_pad_value=9, graph_pad_value=-1)
+    graph_level = FixedSizeCollater(opts)
+    batch = graph_level([make(3, torch.tensor(5.0)),
+                         make(2, torch.tensor(6.0))])
+    assert graph_level.labels_type is FixedSizeCollater.LabelsType.GRAPH_LVL
+    assert batch.y.tolist() == [5.0, 6.0, -1.0]
+    node_level = FixedSizeCollater(opts)
+    batch = node_level([make(3, torch.tensor([1, 2, 3])),
+                        make(2, torch.tensor([4, 5]))])
+    assert node_level.labels_type is FixedSizeCollater.LabelsType.NODE_LVL
+    assert batch.y.tolist() == [1, 2, 3, 4, 5, 9, 9, 9]
+    # One-node graphs cannot tell: the level of the batch before holds.
+    batch = node_level([make(1, torch.tensor([7])),
+                        make(1, torch.tensor([8]))])
+    assert batch.y.tolist() == [7, 8, 9, 9, 9, 9, 9, 9]
+
+
+def test_excluded_labels_are_not_checked():
+    graphs = [graph(3, 1, y=torch.ones(2))] * 2
+    batch = FixedSizeCollater(FixedSizeOptions(8, 6, 3),
+                              exclude_keys=["y"])(graphs)
+    assert "y" not in batch
+
+
+def test_labels_error_names_the_first_eight_graphs():
+    graphs = [graph(3, 1, y=torch.ones(2)) for _ in range(9)]
+    with pytest.raises(AssertionError, match=re.escape(
+            "Incorrect input data: the labels y must be graph-level "
+            "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
+            "num_nodes for every graph); got rows [2, 2, 2, 2, 2, 2, 2, 2] "
+            "for graphs of [3, 3, 3, 3, 3, 3, 3, 3] nodes.")):
+        FixedSizeCollater(FixedSizeOptions(40, 20, 10))(graphs)
+
+
+def test_attributes_that_differ_raise_unless_excluded():
+    graphs = [graph(3, 1, extra=torch.ones(1)), graph(2, 1)]
+    with pytest.raises(ValueError, match="Graph 1 of the batch has no "
+                       "'extra', which graph 0 has"):
+        FixedSizeCollater(FixedSizeOptions(8, 6, 3))(graphs)
+    batch = FixedSizeCollater(FixedSizeOptions(8, 6, 3),
+                              exclude_keys=["extra"])(graphs)
+    assert "extra" not in batch
+
+
 def test_graph_level_attribute_levels_persist_across_batches():
     """A graph-level fingerprint stays graph-level in a batch of one-node
     graphs, where its size alone would make it look node-level."""

@@ -1,5 +1,7 @@
 """Trimming over-size batches: never empties a graph, hits the budget
 exactly, is counted and logged."""
+import logging
+
 import pytest
 import torch
 from torch_geometric.data import HeteroData
@@ -127,3 +129,55 @@ def test_trimming_nodes_frees_a_node_for_padding_edges():
     exact = FixedSizeCollater(FixedSizeOptions(10, 12, 2), trim_nodes=True)
     assert exact([molecule]).x.shape[0] == 10
     assert exact.trimmed.nodes == 0
+
+
+def test_trimming_warns_once_then_logs_at_debug_level(poptorch_log):
+    opts = FixedSizeOptions(num_nodes=20, num_edges=6, num_graphs=3)
+    collater = FixedSizeCollater(opts, trim_edges=True)
+    poptorch_log.set_level(logging.DEBUG, logger="poptorch::python")
+    collater([graph(3, 5), graph(3, 5)])
+    collater([graph(3, 5), graph(3, 5)])
+    trims = [r for r in poptorch_log.records
+             if "FixedSizeCollater trimmed" in r.getMessage()]
+    assert [r.levelno for r in trims] == [logging.WARNING, logging.DEBUG]
+    assert trims[0].getMessage() == (
+        "FixedSizeCollater trimmed 0 node(s) and 4 edge(s) to fit the fixed "
+        "size (further trims are logged at debug level; "
+        "FixedSizeCollater.trimmed keeps the totals).")
+
+
+def test_trimmed_graphs_counts_only_the_graphs_cut_down():
+    """The first graph has one edge, which trimming must keep: only the
+    second is cut down."""
+    collater = FixedSizeCollater(FixedSizeOptions(20, 4, 3), trim_edges=True)
+    collater([graph(3, 1), graph(3, 6)])
+    assert (collater.trimmed.graphs, collater.trimmed.nodes,
+            collater.trimmed.edges) == (1, 0, 3)
+
+
+def test_node_trimming_leaves_a_padding_node_only_with_a_node_per_graph():
+    """Two real graphs and three node slots: one node each and one for
+    padding. With two slots no padding node can be left, and the edges
+    that need padding have nowhere to go."""
+    edgeless = [graph(3, 0), graph(3, 0)]
+    collater = FixedSizeCollater(FixedSizeOptions(3, 4, 3),
+                                 add_masks_to_batch=True, trim_nodes=True)
+    batch = collater(edgeless)
+    assert batch.nodes_mask.tolist() == [True, True, False]
+    assert batch.edge_index.tolist() == [[2] * 4, [2] * 4]
+    with pytest.raises(RuntimeError, match="Cannot pad 4 edges: the real "
+                       "graphs fill every node slot"):
+        FixedSizeCollater(FixedSizeOptions(2, 4, 3),
+                          trim_nodes=True)(edgeless)
+
+
+def test_prune_edges_defaults_to_the_edge_budget():
+    collater = FixedSizeCollater(FixedSizeOptions(20, 5, 3))
+    trimmed = collater._prune_edges([graph(3, 4), graph(3, 4)])
+    assert [g.num_edges > 0 for g in trimmed] == [True, True]
+    assert sum(g.num_edges for g in trimmed) == 5
+    assert [g.num_nodes for g in trimmed] == [3, 3]
+    limited = collater._prune_edges([graph(3, 4), graph(3, 4)], {None: 3})
+    assert sum(g.num_edges for g in limited) == 3
+    nodes = collater._prune_nodes([graph(4, 0), graph(4, 0)], {None: 5})
+    assert sum(g.num_nodes for g in nodes) == 5
