@@ -76,13 +76,16 @@ class LastBatch:
         """Joins each group of ``num_mini_batches`` mini-batches with
         ``concat``; a final incomplete group is dropped (and logged) or,
         without drop_last or when it is the epoch's only group, completed
-        with ``padding(count)`` mini-batches."""
+        with ``padding(count)`` mini-batches. The mini-batches arrive as
+        ``concat`` makes them (the loader's ``CombinedBatchingCollater``),
+        so a group of one is yielded as it is: joining it again would
+        rebuild the same batch on every step."""
         group: List[Batch] = []
         yielded = 0
         for batch in batches:
             group.append(batch)
             if len(group) == self.num_mini_batches:
-                yield concat(group)
+                yield batch if len(group) == 1 else concat(group)
                 yielded += 1
                 group = []
         if not group:
