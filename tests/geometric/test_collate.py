@@ -1,6 +1,7 @@
 """FixedSizeCollater: the padding layout, labels, masks and every
 validation error, on small hand-made graphs."""
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.transforms.pad import AttrNamePadding
 
 from poptorch_geometric import FixedSizeCollater, FixedSizeOptions
+from poptorch_geometric import collate as collate_module
 
 from ._graphs import assert_batches_identical, fast_path_only, graph
 
@@ -276,12 +278,16 @@ def test_error_not_a_list():
 
 
 def test_error_empty_list():
-    with pytest.raises(ValueError, match="empty list"):
+    with pytest.raises(ValueError, match=re.escape(
+            "FixedSizeCollater got an empty list: a batch needs at least one "
+            "real graph.")):
         FixedSizeCollater(FixedSizeOptions(5))([])
 
 
 def test_error_mixed_types():
-    with pytest.raises(AssertionError, match="same type"):
+    with pytest.raises(AssertionError, match=re.escape(
+            "All graphs of a batch must have the same type, got ['Data', "
+            "'HeteroData'].")):
         FixedSizeCollater(FixedSizeOptions(5))([graph(1, 1), HeteroData()])
 
 
@@ -346,3 +352,43 @@ def test_error_sparse_attribute():
     with pytest.raises(ValueError, match="sparse"):
         FixedSizeCollater(FixedSizeOptions(10, 10, 2))(
             [graph(3, 1, adj=sparse)])
+
+
+def test_masks_are_only_added_on_request():
+    batch = FixedSizeCollater(FixedSizeOptions(8, 6, 3))(_two_graphs())
+    assert not {"graphs_mask", "nodes_mask", "edges_mask"} & set(batch.keys())
+
+
+def test_physical_memory_is_this_machines():
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        pytest.skip("needs /proc/meminfo")
+    total_kib = int(meminfo.read_text().split("MemTotal:")[1].split()[0])
+    assert collate_module._physical_memory() == \
+        pytest.approx(total_kib * 1024, rel=0.05)
+
+
+def _options_of_edges(num_edges):
+    return FixedSizeOptions(num_nodes=2, num_edges=num_edges, num_graphs=2)
+
+
+def test_edge_budget_up_to_the_machines_memory_is_accepted(monkeypatch):
+    """Two int64 per edge slot: 2**30 edge slots need exactly 16 GiB."""
+    monkeypatch.setattr(collate_module, "_physical_memory", lambda: 2**34)
+    FixedSizeCollater(_options_of_edges(2**30))
+    monkeypatch.setattr(collate_module, "_physical_memory", lambda: None)
+    FixedSizeCollater(_options_of_edges(2**40))  # memory unknown: no check
+
+
+def test_edge_budget_past_the_machines_memory_raises(monkeypatch):
+    monkeypatch.setattr(collate_module, "_physical_memory", lambda: 2**34)
+    with pytest.raises(ValueError, match=re.escape(
+            f"The edge budget of {2**31} edge slots per batch needs 32 GiB "
+            "for edge_index alone, more than this machine's 16 GiB (without "
+            "num_edges, FixedSizeOptions assumes fully connected graphs: "
+            "num_nodes x (num_nodes - 1) edges). Set num_edges, or derive "
+            "the sizes from the data with FixedSizeOptions.from_dataset, "
+            "for_packing or for_batch_size.")):
+        FixedSizeCollater(_options_of_edges(2**31))
+    with pytest.raises(ValueError, match="edge_index alone"):
+        FixedSizeCollater(_options_of_edges(2**30 + 1))
