@@ -197,7 +197,8 @@ def test_for_batch_size_of_equal_graphs_is_exact(count, batch_size):
     assert opts.num_edges == math.ceil(edges / nodes * opts.num_nodes)
 
 
-def _brute_force_batch_size_budgets(sizes, batch_size):
+def _brute_force_batch_size_budgets(sizes, batch_size, orders=None,
+                                    count=_batches):
     """``for_batch_size``'s walk: slot counts from the fewest that can hold
     the dataset in PyG's number of batches, ``max(1, batch_size // 32)``
     apart, up to ``2 * batch_size + 1``, stopping after 8 without a better
@@ -206,7 +207,8 @@ def _brute_force_batch_size_budgets(sizes, batch_size):
     best, since_best = None, 0
     for num_graphs in range(math.ceil(len(sizes) / target) + 1,
                             2 * batch_size + 2, max(1, batch_size // 32)):
-        candidate = _tightest(sizes, [sizes], num_graphs, target)
+        candidate = _tightest(sizes, orders or [sizes], num_graphs, target,
+                              count)
         if best is None or candidate[0] > best[0]:
             best, since_best = (*candidate, num_graphs), 0
         else:
@@ -225,6 +227,27 @@ def test_for_batch_size_matches_the_brute_force_rule(seed, batch_size):
                                            lookahead=0)
     assert (opts.num_graphs, opts.num_nodes, opts.num_edges) == \
         _brute_force_batch_size_budgets(sizes, batch_size)
+
+
+def test_for_batch_size_with_shuffle_matches_the_brute_force_rule():
+    dataset = SyntheticMolecules(30, seed=9)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    opts = FixedSizeOptions.for_batch_size(dataset, 4, shuffle=True,
+                                           lookahead=0)
+    assert (opts.num_graphs, opts.num_nodes, opts.num_edges) == \
+        _brute_force_batch_size_budgets(sizes, 4,
+                                        orders=_seeded_shuffles(sizes))
+
+
+def test_for_batch_size_with_lookahead_matches_the_sampler():
+    dataset = SyntheticMolecules(24, seed=10)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    opts = FixedSizeOptions.for_batch_size(dataset, 3, shuffle=False,
+                                           lookahead=8)
+    expected = _brute_force_batch_size_budgets(sizes, 3,
+                                               count=_sampler_batches(8))
+    assert (opts.num_graphs, opts.num_nodes, opts.num_edges) == expected
+    assert expected != _brute_force_batch_size_budgets(sizes, 3)
 
 
 def test_for_batch_size_is_reproducible_with_shuffle():
