@@ -33,11 +33,6 @@ _BACKEND_TO_PYTHON = {
     6: logging.CRITICAL + 1,  # OFF: nothing passes
 }
 
-#: Level of the simulated backend (C++ side in PopTorch). Read by the
-#: executor to decide what to emit on its own debug channel.
-_backend_level = 3
-
-
 class _Formatter(logging.Formatter):
     _COLOURS = {
         logging.DEBUG: "\033[36m",
@@ -97,20 +92,13 @@ def setLogLevel(level: Union[str, int]) -> None:
         >>> poptorch.setLogLevel("DEBUG")
         >>> poptorch.setLogLevel("WARN")
     """
-    global _backend_level
-    backend = _to_backend_level(level)
-    _backend_level = backend
-    logger.setLevel(_BACKEND_TO_PYTHON[backend])
+    logger.setLevel(_BACKEND_TO_PYTHON[_to_backend_level(level)])
 
 
 def setPopartLogLevel(level: str) -> None:
     """Kept for compatibility: PopART does not exist in the simulator."""
     if level not in _LEVELS:
         raise ValueError("Level must be one of " + ", ".join(_LEVELS))
-
-
-def _is_backend_enabled(backend_level: int) -> bool:
-    return backend_level >= _backend_level
 
 
 _install_handler()

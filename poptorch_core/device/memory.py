@@ -38,9 +38,7 @@ Example::
     (110, False)
 """
 import dataclasses
-from typing import Dict, List, Optional
-
-import torch
+from typing import Dict, List
 
 __all__ = ["CATEGORIES", "Consumer", "IpuMemory"]
 
@@ -112,8 +110,3 @@ def format_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
-
-
-def dtype_bytes(dtype: Optional[torch.dtype]) -> int:
-    """Bytes per element of ``dtype`` (float32 when None)."""
-    return torch.empty((), dtype=dtype or torch.float32).element_size()
