@@ -391,9 +391,13 @@ def test_graph_classification_padding_is_inert_over_device_iterations(
     """PadToMax batches with two device iterations per call make the same
     optimizer steps as PyG's DataLoader: same losses, same accuracy."""
     example = _load_example("graph_classification")
+    # At the example's default learning rate (3e-3) the first steps are
+    # unstable and amplify float rounding: the two sides' epoch losses
+    # differ by 4e-5 after one epoch and 2e-3 after three. At 1e-3 they stay
+    # within 1e-7 over four epochs, so a tight tolerance sees padding leak.
     args = example.parse_args([
         "--limit", "700", "--epochs", "2", "--device-iterations", "2",
-        "--no-shuffle", "--cpu-reference", "--no-progress",
+        "--lr", "1e-3", "--no-shuffle", "--cpu-reference", "--no-progress",
         "--data-root", nci_data_root])
     summary = example.run(args)
     # 630 training graphs make 20 batches of 31: no call is left partial,
@@ -401,7 +405,7 @@ def test_graph_classification_padding_is_inert_over_device_iterations(
     assert (summary["train_graphs"] // (args.batch_size - 1)) % 2 == 0
     ipu, cpu = summary["simulated_ipu"], summary["cpu_reference"]
     assert ipu["loss_history"] == pytest.approx(cpu["loss_history"],
-                                                rel=1e-4)
+                                                rel=1e-6)
     # One borderline graph may flip with float rounding.
     assert ipu["val_accuracy"] == pytest.approx(
         cpu["val_accuracy"], abs=1.5 / summary["val_graphs"])
