@@ -53,7 +53,7 @@ from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_sampling  # noqa: E402
-from _example_common import write_json  # noqa: E402
+from _example_common import atomic_write, write_json  # noqa: E402
 from bench_first_step import first_step_seconds  # noqa: E402
 from bench_collation import (collation_throughput,  # noqa: E402
                              long_tailed_graphs, slot_efficiency)
@@ -342,7 +342,8 @@ def plot(record: Dict[str, Any], path: str) -> None:
     ax.set_title("poptorch-sim benchmark (ratios in one run)")
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=120)
     plt.close(fig)
 
 

@@ -22,7 +22,6 @@ Usage::
     python examples/point_cloud_molecules.py --graph knn --backend compile
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -42,7 +41,7 @@ from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import (example_parser, ipu_options,  # noqa: E402
-                             masked_mean_loss)
+                             masked_mean_loss, write_json)
 from molecule_model import _CategoricalEncoder  # noqa: E402
 
 _INPUTS = ("x", "pos", "batch", "graphs_mask", "y")
@@ -274,9 +273,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     summary = run(args)
     print_summary(summary)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+    write_json(args.json, summary)
     return 0
 
 

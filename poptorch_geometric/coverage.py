@@ -26,6 +26,8 @@ from typing import Iterable, List, Optional
 
 import torch
 
+from poptorch_core._files import atomic_write
+
 from ._coverage.data import make_batches
 from ._coverage.probe import Row, run_case
 from ._coverage.table import all_rows, conv_count, render, row_line
@@ -87,7 +89,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = run(args.only, not args.no_compile, args.progress, args.jobs)
     text = render(rows)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
+        with atomic_write(args.out, "w", encoding="utf-8") as file:
             file.write(text)
         green, runnable = conv_count(rows)
         print(f"{args.out}: {green} of {runnable} runnable conv classes "

@@ -154,8 +154,13 @@ def finish(**final: float) -> None:
         print("\n" + _table([("simulated IPU", results),
                               ("plain PyG (CPU)", record["cpu_reference"])]))
     if args["json"]:
-        with open(args["json"], "w", encoding="utf-8") as file:
+        # Written next to the target and renamed over it (this module
+        # imports no PopTorch, so not through its atomic_write): a failed
+        # write keeps the previous record.
+        partial = args["json"] + ".partial"
+        with open(partial, "w", encoding="utf-8") as file:
             json.dump(record, file, indent=2)
+        os.replace(partial, args["json"])
 
 
 def molecules(args: argparse.Namespace, task: str = "classification"

@@ -16,6 +16,7 @@ Example::
 """
 from typing import Any, List, Tuple
 
+from .._files import atomic_write
 from .memory import CATEGORIES
 
 __all__: List[str] = []
@@ -87,5 +88,8 @@ def plot_report(report: Any, path: str) -> None:
     _memory_axes(left, report)
     _gantt_axes(right, report)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    # Written atomically, as every file the package writes: a failed
+    # overwrite keeps the previous chart.
+    with atomic_write(path) as file:
+        fig.savefig(file, format="png", dpi=80)
     plt.close(fig)

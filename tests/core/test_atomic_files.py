@@ -59,3 +59,39 @@ def test_dataset_cache_is_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="quota"):
         NCITPSA.save(graphs[:1], str(cache))
     assert cache.read_bytes() == before and os.listdir(tmp_path) == ["data.pt"]
+
+
+def _failing_fsync(fd):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_report_plot_keeps_the_previous_png(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib")
+    ipu = poptorch.inferenceModel(torch.nn.Linear(3, 2))
+    ipu(torch.randn(4, 3))
+    path = tmp_path / "report.png"
+    ipu.simulationReport().plot(str(path))
+    before = path.read_bytes()
+    assert before.startswith(b"\x89PNG")
+    monkeypatch.setattr(_files.os, "fsync", _failing_fsync)
+    with pytest.raises(OSError, match="No space"):
+        ipu.simulationReport().plot(str(path))
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["report.png"]
+
+
+def test_a_failed_coverage_table_keeps_the_previous_one(tmp_path,
+                                                        monkeypatch):
+    from poptorch_geometric import coverage
+
+    path = tmp_path / "COVERAGE.md"
+    path.write_text("previous table\n")
+    monkeypatch.setattr(coverage, "run", lambda *args, **kwargs: [])
+    monkeypatch.setattr(coverage, "render", lambda rows: "new table\n")
+    monkeypatch.setattr(coverage, "conv_count", lambda rows: (0, 0))
+    monkeypatch.setattr(_files.os, "fsync", _failing_fsync)
+    with pytest.raises(OSError, match="No space"):
+        coverage.main(["--out", str(path), "--no-compile"])
+    assert path.read_text() == "previous table\n"
+    assert os.listdir(tmp_path) == ["COVERAGE.md"]
+    monkeypatch.undo()
