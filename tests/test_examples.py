@@ -316,6 +316,30 @@ def test_cora_gcn_without_dropout_matches_plain_pyg(cora_root):
             cpu[f"{split}_accuracy"], abs=2e-3)
 
 
+def test_cora_ships_with_the_repository(tmp_path, monkeypatch):
+    """A plain clone holds Cora's raw files and their licence, so the Cora
+    examples and tests need neither a download nor an environment
+    variable; loading them gives PyG's Cora."""
+    from torch_geometric.datasets import Planetoid
+
+    home = EXAMPLES.parent / "datasets" / "Cora"
+    suffixes = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+    assert sorted(p.name for p in (home / "raw").iterdir()) == sorted(
+        f"ind.cora.{suffix}" for suffix in suffixes)
+    assert "MIT License" in (home / "LICENSE.planetoid").read_text()
+    shutil.copytree(home / "raw", tmp_path / "Cora" / "raw")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("Planetoid tried to download")
+    monkeypatch.setattr(urllib.request, "urlopen", no_download)
+    cora = Planetoid(str(tmp_path), "Cora")
+    data = cora[0]
+    assert (data.num_nodes, data.num_edges, cora.num_classes) == (
+        2708, 10556, 7)
+    assert (int(data.train_mask.sum()), int(data.val_mask.sum()),
+            int(data.test_mask.sum())) == (140, 500, 1000)
+
+
 def test_cora_gcn_offline_without_raw_files_says_where_to_put_them(
         tmp_path, capsys):
     cora = _load_example("cora_gcn")
