@@ -26,10 +26,10 @@ Example (a run of one process: nothing to exchange, same results)::
     >>> poptorch.distributed.is_initialized()
     False
 """
-from ..executor import _scale_out
+from ..executor import _scale_out_hook
 from ._group import is_initialized, shutdown
 from ._join import join
 
 __all__ = ["is_initialized", "shutdown"]
 
-_scale_out.install(join)
+_scale_out_hook.install(join)

@@ -19,21 +19,26 @@ different things: replication factor: 2 on rank 0, but 1 on rank 1. ...
 import hashlib
 from typing import Any, Dict, Sequence
 
+import torch
+
 from .._impl import _cpp_error
+from ..executor._program import Program
+from ..executor._state import ExecutorState
 
 __all__: list = []
 
 Description = Dict[str, Any]
 
 
-def _graph_digest(graph_module: Any) -> str:
+def _graph_digest(graph_module: torch.fx.GraphModule) -> str:
     """A digest of the graph's ops (what the model computes)."""
     ops = "\n".join(f"{node.op} {node.target}"
                     for node in graph_module.graph.nodes)
     return hashlib.sha256(ops.encode()).hexdigest()[:16]
 
 
-def describe(state: Any, program: Any, ordinal: int) -> Description:
+def describe(state: ExecutorState, program: Program,
+             ordinal: int) -> Description:
     """What this process compiled: ``ordinal`` counts the distributed
     training models it compiled before this one."""
     layout = program.layout

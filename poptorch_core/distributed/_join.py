@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 
 from ..errors import createPoptorchError
+from ..executor._program import Program
 from ..executor._scale_out import GradientReducer
+from ..executor._state import ExecutorState
 from ._buckets import all_reduce_sum, broadcast_from_first
 from ._consistency import check_same, describe
 from ._group import ProcessGroup, process_group
@@ -46,7 +48,7 @@ class AllReduceGradients(GradientReducer):
 _compiled = 0
 
 
-def join(state: Any, program: Any) -> None:
+def join(state: ExecutorState, program: Program) -> None:
     """The executor's scale-out hook: joins a freshly compiled ``program``
     of ``state`` (an ``ExecutorState``) to the run."""
     global _compiled

@@ -20,7 +20,7 @@ from ..ir import Ir
 from ..ir._ir import executable_ir
 from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
-from . import _pipeline, _replica_weights, _scale_out
+from . import _pipeline, _replica_weights, _scale_out_hook
 from ._args import BoundArgs, InputSignature
 from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
@@ -188,6 +188,6 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         estimate=estimate)
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
-            device_state, param_names)
-    _scale_out.attach(state, program)
+            device_state.host_params, device_state.params, param_names)
+    _scale_out_hook.attach(state, program)
     return program

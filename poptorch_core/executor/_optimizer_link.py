@@ -8,7 +8,7 @@ attach; the optimizer state (moments, ...) is read back lazily through the
 host optimizer's ``state_dict()`` and written to the device after
 ``load_state_dict``.
 """
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import torch
 
@@ -69,12 +69,16 @@ class OptimizerLink:
         return self.device_optimizer.read_state()
 
     # --- Compile / attach ---------------------------------------------------
-    def build(self, state: Any, names: Any) -> DeviceOptimizer:
-        """Creates the device optimizer over the device parameters."""
+    def build(self, host_params: Sequence[torch.Tensor],
+              params: Sequence[torch.Tensor],
+              names: Sequence[Tuple[str, ...]]) -> DeviceOptimizer:
+        """Creates the device optimizer over the device parameters
+        ``params``, the copies of ``host_params`` (named ``names``, each
+        a parameter's names, first the one it is reported under)."""
         device_params = {id(host): dev for host, dev in
-                         zip(state.host_params, state.params)}
+                         zip(host_params, params)}
         param_names = {id(host): name[0] for host, name in
-                       zip(state.host_params, names)}
+                       zip(host_params, names)}
         self.device_optimizer = DeviceOptimizer(
             self.optimizer, device_params, param_names,
             auto_loss_scaling=loss_scaling_settings(self._owner.options))

@@ -5,10 +5,8 @@ parameter's ``.grad``; :class:`GradientReducer` then says what that sum is
 divided by (``G x R`` for ``ReductionType.Mean``, 1 for ``Sum``). In one
 process there is nothing more to do. A run over several processes
 (``options.Distributed.numProcesses > 1``) needs the gradients of the other
-processes' replicas too: ``poptorch_core.distributed``, which sits above the
-executor, installs a hook with :func:`install` that every compilation of such
-a run calls (:func:`attach`). The hook checks that the processes agree, makes
-their weights equal and gives the program a reducer that all-reduces.
+processes' replicas too: ``poptorch_core.distributed`` gives the program a
+reducer that all-reduces, through the hook of :mod:`._scale_out_hook`.
 
 Example::
 
@@ -17,12 +15,11 @@ Example::
     >>> GradientReducer().reduce([], layout, poptorch.ReductionType.Mean)
     8.0
 """
-from typing import Any, Callable, Optional, Sequence
+from typing import Sequence
 
 import torch
 
 from ..enums import ReductionType
-from ..errors import createPoptorchError
 from ._batching import BatchLayout
 
 __all__: list = []
@@ -49,26 +46,3 @@ class GradientReducer:
                          self.num_processes)
         return 1.0
 
-
-#: Called as ``hook(state, program)`` after each compilation of a model
-#: whose options name several processes.
-_hook: Optional[Callable[[Any, Any], None]] = None
-
-
-def install(hook: Optional[Callable[[Any, Any], None]]) -> None:
-    """Installs the scale-out hook (``None`` removes it)."""
-    global _hook
-    _hook = hook
-
-
-def attach(state: Any, program: Any) -> None:
-    """Lets the installed hook join ``program`` (compiled for ``state``, an
-    ``ExecutorState``) to the other processes of a distributed run."""
-    if state.options.Distributed.numProcesses == 1:
-        return
-    if _hook is None:
-        raise createPoptorchError(
-            "options.Distributed names several processes, but "
-            "poptorch_core.distributed is not loaded: import poptorch_core "
-            "(or poptorch) instead of its submodules.")
-    _hook(state, program)

@@ -6,11 +6,17 @@ the out-of-memory ``poptorch.Error`` before the model can run, ``"warn"``
 logs it. :meth:`DeviceEstimate.report` is what
 ``poptorch_model.simulationReport()`` returns.
 """
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .. import device
 from .._logging import logger
 from ..enums import OutputMode
+from ..options import Options
+from ..tracing.capture import CapturedModel
+from ._batching import BatchLayout
+from ._device_state import DeviceState
+from ._pipeline import Placement
+from ._state import ExecutorState
 
 __all__: list = []
 
@@ -19,7 +25,8 @@ class DeviceEstimate:
     """The device model's view of one compiled model; the report is built
     on first use and again when the optimizer is replaced."""
 
-    def __init__(self, spec: device.StepSpec, optimizer_source: Any):
+    def __init__(self, spec: device.StepSpec,
+                 optimizer_source: Callable[[], Any]):
         self._spec = spec
         self._optimizer_source = optimizer_source
         self._report: Optional[device.SimulationReport] = None
@@ -32,14 +39,14 @@ class DeviceEstimate:
         return self._report
 
 
-def _ipu_version(options: Any) -> int:
+def _ipu_version(options: Options) -> int:
     # An offline target names the IPU the model is compiled for.
     if options.exists("ipu_version"):
         return options.ipu_version
     return options.Simulator.ipu_version
 
 
-def _param_specs(captured: Any, device_state: Any) -> list:
+def _param_specs(captured: CapturedModel, device_state: DeviceState) -> list:
     specs = []
     for index, (names, host, dev) in enumerate(zip(
             captured.param_names, device_state.host_params,
@@ -52,8 +59,9 @@ def _param_specs(captured: Any, device_state: Any) -> list:
     return specs
 
 
-def step_spec(state: Any, captured: Any, placement: Any, device_state: Any,
-              layout: Any) -> device.StepSpec:
+def step_spec(state: ExecutorState, captured: CapturedModel,
+              placement: Placement, device_state: DeviceState,
+              layout: BatchLayout) -> device.StepSpec:
     """The :class:`~poptorch_core.device.StepSpec` of a compiled model
     (``state``: the ``ExecutorState``; ``device_state``: its weights, with
     their replica groupings)."""
@@ -73,8 +81,9 @@ def step_spec(state: Any, captured: Any, placement: Any, device_state: Any,
         excludes=opts.source_location_excludes)
 
 
-def after_compile(state: Any, captured: Any, placement: Any,
-                  device_state: Any, layout: Any) -> DeviceEstimate:
+def after_compile(state: ExecutorState, captured: CapturedModel,
+                  placement: Placement, device_state: DeviceState,
+                  layout: BatchLayout) -> DeviceEstimate:
     """Describes the compiled model and applies ``memoryCheck``."""
     link = state.optimizer_link
     estimate = DeviceEstimate(
