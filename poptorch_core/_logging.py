@@ -61,8 +61,22 @@ class _Formatter(logging.Formatter):
 logger = logging.getLogger("poptorch::python")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is when the record is
+    logged, as logging's own last-resort handler does: a stream bound at
+    import would keep writing to a replaced one (a test's capture that has
+    since closed, or a redirect the user set up after importing poptorch)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # StreamHandler would bind a stream
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+
 def _install_handler() -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_Formatter(colour=sys.stderr.isatty()))
     logger.addHandler(handler)
     logger.propagate = False
