@@ -197,3 +197,60 @@ def test_a_changed_optimizer_type_is_logged(debug_lines):
     dev_opt.update_from_host(P.SGD(host.parameters(), lr=0.1, momentum=0.9))
     assert "Optimizer type changed from ADAM to SGD2: resetting the " \
         "optimizer state" in debug_lines
+
+
+def test_a_state_loaded_before_its_slot_exists_takes_the_slot_dtype():
+    """SGD's momentum buffer is made by the first step; a state loaded
+    before it is stored in the velocity accumulation type."""
+    host = _model()
+    _, dev_opt = _on_device(host, P.SGD(host.parameters(), lr=0.1,
+                                        momentum=0.9,
+                                        velocity_accum_type=HALF))
+    assert dev_opt.read_state()["ipu_state"] == {}
+    value = torch.randn_like(host[0].weight)
+    dev_opt.write_state({"Accl1___0.weight": value})
+    loaded = dev_opt.read_state()["ipu_state"]["Accl1___0.weight"]
+    assert loaded.dtype == HALF
+    torch.testing.assert_close(loaded, value.half())
+
+
+def test_the_loss_scale_update_factor_is_loaded_with_the_state():
+    host = _model()
+    _, dev_opt = _on_device(host, P.Adam(host.parameters(), lr=0.01,
+                                         loss_scaling=2.0),
+                            auto_loss_scaling=True)
+    value = torch.randn_like(host[0].weight)
+    # The factor first: the tensors after it must still be loaded.
+    dev_opt.write_state({"lossScaleUpdateFactor": torch.tensor(4.0),
+                         "Accl1___0.weight": value})
+    assert dev_opt.loss_scaling == 8.0
+    state = dev_opt.read_state()["ipu_state"]
+    assert state["lossScaleUpdateFactor"].item() == 4.0
+    torch.testing.assert_close(state["Accl1___0.weight"], value)
+
+
+def test_a_torch_state_entry_the_optimizer_lacks_is_named():
+    host = _model()
+    _, dev_opt = _on_device(host, P.Adam(host.parameters(), lr=0.01))
+    weight = host[0].weight
+    with pytest.raises(ValueError) as error:
+        dev_opt.write_torch_state(
+            {weight: {"max_exp_avg_sq": torch.zeros_like(weight)}})
+    assert str(error.value) == (
+        "Cannot load the optimizer state entry 'max_exp_avg_sq' into a ADAM "
+        "optimizer: it has no such state. Load a state from the same "
+        "optimizer type (amsgrad is not supported).")
+
+
+def test_an_integer_step_of_an_old_torch_state_is_loaded_as_float():
+    """torch before 1.12 kept Adam's step as a Python int."""
+    host = _model()
+    _, dev_opt = _on_device(host, P.Adam(host.parameters(), lr=0.01))
+    weight = host[0].weight
+    exp_avg = torch.randn_like(weight)
+    dev_opt.write_torch_state({weight: {
+        "exp_avg": exp_avg, "exp_avg_sq": exp_avg.abs(), "step": 3}})
+    state = dev_opt.read_state()["ipu_state"]
+    assert state["Step___0.weight"].dtype == torch.float32
+    assert state["Step___0.weight"].item() == 3.0
+    torch.testing.assert_close(state["Accl1___0.weight"], exp_avg)
