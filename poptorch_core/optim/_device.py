@@ -290,9 +290,9 @@ class DeviceOptimizer:
                         f"a {self._resolved.kind.name} optimizer: it has no "
                         "such state. Load a state from the same optimizer "
                         "type (amsgrad is not supported).")
-                converted[f"{names[key]}___{self._param_names[pid]}"] = \
-                    torch.as_tensor(value, dtype=torch.float32) \
-                    if key == "step" else value
+                # write_state makes tensors of numbers (an old torch
+                # state's int step) and casts them to each slot's dtype.
+                converted[f"{names[key]}___{self._param_names[pid]}"] = value
         self.write_state(converted)
 
     # -- internals ----------------------------------------------------------

@@ -111,10 +111,12 @@ def test_rmsprop_mean_square_starts_at_zero_unless_tf_variant():
      lambda p: T.SGD(p, lr=0.01, momentum=1.0)),
     (lambda p: P.Adam(p, lr=0.01, weight_decay=1.0),
      lambda p: T.Adam(p, lr=0.01, weight_decay=1.0)),
+    (lambda p: P.Adam(p, lr=0.01, weight_decay=0.1),
+     lambda p: T.Adam(p, lr=0.01, weight_decay=0.1)),
     (lambda p: T.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
      lambda p: T.RMSprop(p, lr=0.01, momentum=0.5, centered=True)),
 ], ids=["sgd_weight_decay_1", "sgd_momentum_1", "adam_weight_decay_1",
-        "native_rmsprop"])
+        "adam_weight_decay", "native_rmsprop"])
 def test_edge_hyper_parameters_match_torch(popt, topt):
     dev_model, ref = _compare(popt, topt)
     _assert_same_params(dev_model, ref)
@@ -254,3 +256,11 @@ def test_an_integer_step_of_an_old_torch_state_is_loaded_as_float():
     assert state["Step___0.weight"].dtype == torch.float32
     assert state["Step___0.weight"].item() == 3.0
     torch.testing.assert_close(state["Accl1___0.weight"], exp_avg)
+
+
+def test_a_state_that_is_not_a_dict_is_named():
+    host = _model()
+    _, dev_opt = _on_device(host, P.Adam(host.parameters(), lr=0.01))
+    with pytest.raises(TypeError,
+                       match="^ipu_state must be a dict of tensors, got list$"):
+        dev_opt.write_state([torch.zeros(1)])
