@@ -45,4 +45,3 @@ class GradientReducer:
             return float(layout.gradient_accumulation * layout.replicas *
                          self.num_processes)
         return 1.0
-
