@@ -50,7 +50,7 @@ _compiled = 0
 
 def join(state: ExecutorState, program: Program) -> None:
     """The executor's scale-out hook: joins a freshly compiled ``program``
-    of ``state`` (an ``ExecutorState``) to the run."""
+    of ``state`` to the run."""
     global _compiled
     if not state.training:
         return

@@ -10,8 +10,9 @@ process never calls it.
 
 Example::
 
+    >>> from poptorch_core.distributed._join import join
     >>> from poptorch_core.executor import _scale_out_hook
-    >>> _scale_out_hook.installed()  # poptorch_core.distributed installs it
+    >>> _scale_out_hook._hook is join  # installed by poptorch_core.distributed
     True
 """
 from typing import Callable, Optional
@@ -32,11 +33,6 @@ def install(hook: Optional[ScaleOutHook]) -> None:
     """Installs the scale-out hook (``None`` removes it)."""
     global _hook
     _hook = hook
-
-
-def installed() -> bool:
-    """Whether a scale-out hook is installed."""
-    return _hook is not None
 
 
 def attach(state: ExecutorState, program: Program) -> None:

@@ -63,8 +63,7 @@ def step_spec(state: ExecutorState, captured: CapturedModel,
               placement: Placement, device_state: DeviceState,
               layout: BatchLayout) -> device.StepSpec:
     """The :class:`~poptorch_core.device.StepSpec` of a compiled model
-    (``state``: the ``ExecutorState``; ``device_state``: its weights, with
-    their replica groupings)."""
+    (``device_state``: its weights, with their replica groupings)."""
     opts = state.options
     return device.StepSpec(
         graph=captured.graph_module, training=state.training,

@@ -4,16 +4,9 @@ lookahead, whose code paths differ."""
 import re
 
 import pytest
-import torch
-from torch_geometric.data import Data
 
 from poptorch_geometric import StreamPackingSampler
-
-
-def _dataset(nodes, edges=None):
-    edges = edges if edges is not None else [1] * len(nodes)
-    return [Data(num_nodes=n, edge_index=torch.zeros(2, e, dtype=torch.long))
-            for n, e in zip(nodes, edges)]
+from .test_stream_packing_sampler import _dataset
 
 
 class _Transformed(list):
