@@ -7,7 +7,8 @@ node-level when its size matches the node count of *every* graph, edge-level
 when it matches every edge count, and graph-level when it matches neither.
 Only when the sizes cannot tell (every graph has one node, or node and edge
 counts coincide) does the collater fall back to an earlier batch's answer
-(``memory``) and then to PyG's rule on the first graph.
+(``memory``) and then to PyG's rule on the first graph, each only where the
+sizes allow its answer.
 
 Example::
 
@@ -63,14 +64,22 @@ def classify_tensor(key: str, sizes: Sequence[int],
     elif not node_ok:
         memory[key] = Level.GRAPH
         return Level.GRAPH
-    if key in memory:
+    # Ambiguous: only the levels the sizes allow may be chosen, or the
+    # attribute would fit none of the batch's fixed sizes.
+    one_per_graph = all(s == 1 for s in sizes)
+    allowed = {level for level, ok in ((Level.NODE, node_ok),
+                                       (Level.EDGE, edge_ok),
+                                       (Level.GRAPH, one_per_graph)) if ok}
+    if memory.get(key) in allowed:
         return memory[key]
     store = first._store
-    if store.is_node_attr(key):
+    if Level.NODE in allowed and store.is_node_attr(key):
         return Level.NODE
-    if store.is_edge_attr(key):
+    if Level.EDGE in allowed and store.is_edge_attr(key):
         return Level.EDGE
-    return Level.GRAPH
+    if Level.GRAPH in allowed:
+        return Level.GRAPH
+    return Level.NODE if node_ok else Level.EDGE
 
 
 def homogeneous_specs(data_list: List[Data], columns: Optional[Columns],
