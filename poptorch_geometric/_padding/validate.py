@@ -43,6 +43,8 @@ def first_out_of_range(indices: Tensor, sizes: Sequence[int],
         return None
     bounds = torch.from_numpy(np.repeat(np.asarray(counts, dtype=np.int64),
                                         np.asarray(sizes, dtype=np.int64)))
+    # Graphs already on an accelerator are checked there.
+    bounds = bounds.to(indices.device)
     bad = (indices < 0) | (indices >= bounds)
     if not bool(bad.any()):
         return None
