@@ -30,7 +30,8 @@ from ._padding.budget import BatchRoom
 from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
-from ._padding.plan import Level, make_padding_graphs
+from ._padding.plan import (Level, keep_padding_indices_in_range,
+                            make_padding_graphs)
 from ._padding.trim import TrimCounts, prune
 from ._padding.validate import (check_edge_index, check_hetero_edge_index,
                                 check_same_attributes)
@@ -174,6 +175,7 @@ class FixedSizeCollater(Collater):
                 data_list + make_padding_graphs(plan),
                 follow_batch=self.follow_batch,
                 exclude_keys=self.exclude_keys)
+        keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
         if self.add_masks_to_batch:
             self._add_masks(batch, room, num_graphs, hetero)
         return batch
@@ -215,6 +217,7 @@ class FixedSizeCollater(Collater):
         batch = Batch.from_data_list(make_padding_graphs(plan),
                                      follow_batch=self.follow_batch,
                                      exclude_keys=exclude)
+        keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
         if self.add_masks_to_batch:
             self._add_masks(batch, empty, 0, hetero)
         return batch

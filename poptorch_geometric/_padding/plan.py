@@ -17,7 +17,9 @@ Padding is inert:
   padding graphs that have a node to host them, never an index past the last
   node;
 * attributes that PyG increments by node offsets (``"index"`` in the name)
-  are padded with 0, i.e. they point at their padding graph's first node.
+  are padded with 0, i.e. they point at their padding graph's first node;
+  a graph-level one of a padding graph without nodes points at the batch's
+  last node (:func:`keep_padding_indices_in_range`), never past it.
 
 Example::
 
@@ -188,3 +190,25 @@ def make_padding_graphs(plan: PaddingPlan) -> List[BaseData]:
                     store.num_nodes = plan.node_shares[store_key][j]
         graphs.append(data)
     return graphs
+
+
+def keep_padding_indices_in_range(batch: Any, plan: PaddingPlan,
+                                  num_nodes: int) -> None:
+    """Points the graph-level index attributes (``root_index``...) of
+    ``batch``'s padding graphs at its last node where PyG's offsets took
+    them past it: a padding graph without nodes has no first node, and its
+    offset is the node count of the whole batch."""
+    if plan.hetero or plan.num_pad_graphs == 0 or num_nodes == 0:
+        return
+    for spec in plan.specs[None]:
+        if spec.level is not Level.GRAPH or not spec.incremented \
+                or spec.key not in batch:
+            continue
+        value = batch[spec.key]
+        if spec.cat_dim is None:
+            dim, rows = 0, plan.num_pad_graphs
+        else:
+            dim = spec.cat_dim
+            rows = spec.template.shape[dim] * plan.num_pad_graphs
+        value.narrow(dim, value.shape[dim] - rows, rows).clamp_(
+            max=num_nodes - 1)

@@ -143,19 +143,21 @@ def test_graph_level_incremented_attributes_are_padded_with_zero(key):
     _both_paths(opts, graphs, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a graph-level index attribute of a padding graph without nodes "
-    "is padded with 0 too, which after batching points past the last node "
-    "(padding edges avoid such graphs, graph-level indices do not)"))
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_graph_level_indices_of_empty_padding_graphs_stay_in_range(
         fast_path):
     graphs = [_data(3, [(0, 1), (1, 2)], root_index=torch.tensor([1]))]
     # 1 padding node for 3 padding graphs: two of them have no node.
     opts = FixedSizeOptions(num_nodes=4, num_edges=3, num_graphs=4)
-    batch = FixedSizeCollater(opts, fast_path=fast_path)(graphs)
+    collater = FixedSizeCollater(opts, fast_path=fast_path)
+    batch = collater(graphs)
     assert batch.ptr.tolist() == [0, 3, 4, 4, 4]
-    assert int(batch.root_index.max()) < batch.num_nodes
+    # The real root as PyG batches it, the padding graph with a node its
+    # first node (node 3), the node-less ones the batch's last node (also 3).
+    assert batch.root_index.tolist() == [1, 3, 3, 3]
+    # A padding-only mini-batch: every padding graph at its first node.
+    pad = collater.padding_batch(graphs[0])
+    assert pad.root_index.tolist() == pad.ptr[:-1].tolist()
 
 
 def test_one_dimensional_graph_level_tensors_keep_their_shape():
