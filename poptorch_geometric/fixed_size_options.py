@@ -265,8 +265,10 @@ class FixedSizeOptions:
         number of batches ``B``, from ``ceil(len(dataset) /
         (graphs_per_batch - 1))`` to twice that, the node budget is the
         smallest with which packing (one slot of each kind kept for
-        padding) needs ``B`` batches; the budgets with the best slot
-        efficiency (the lower of the node and edge figures) win.
+        padding) needs ``B`` batches, found by bisection (packing is not
+        quite monotone in the budget, so rarely a slightly larger one); the
+        budgets with the best slot efficiency (the lower of the node and
+        edge figures) win.
 
         Packing tops batches up from the next ``lookahead`` samples (see
         :class:`StreamPackingSampler`; 0 is PopTorch's greedy packing), and
