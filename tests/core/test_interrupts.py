@@ -3,6 +3,7 @@ stops between optimizer steps, says how many it applied, and the model,
 optimizer state and host weights agree with an eager loop of that many
 steps."""
 import copy
+import re
 import signal
 
 import pytest
@@ -53,8 +54,9 @@ def test_ctrl_c_while_a_step_updates_the_weights_finishes_that_step():
             signal.raise_signal(signal.SIGINT)  # arrives mid-update
         step(divisor)
     optimizer.step = step_then_ctrl_c
-    with pytest.raises(KeyboardInterrupt, match=(
-            "call of 5 device iteration.*2 optimizer step.* were applied")):
+    with pytest.raises(KeyboardInterrupt, match=re.escape(
+            "call of 5 device iteration(s): 2 optimizer step(s) were "
+            "applied")):
         ipu(x, y)
     _eager_steps(reference, x, y, 2)
     _assert_same_weights(model, reference)
@@ -71,7 +73,8 @@ def test_ctrl_c_while_gradients_are_computed_discards_that_step():
             raise KeyboardInterrupt
         return run(tensors)
     program.executable.run = run_then_ctrl_c
-    with pytest.raises(KeyboardInterrupt, match="3 optimizer step"):
+    with pytest.raises(KeyboardInterrupt,
+                       match=re.escape(": 3 optimizer step(s) were applied")):
         ipu(x, y)
     assert all(p.grad is None for p in program.state.params)
     eager_optimizer = _eager_steps(reference, x, y, 3)
