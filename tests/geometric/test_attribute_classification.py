@@ -164,6 +164,21 @@ def test_ambiguous_attribute_never_gets_a_level_its_sizes_rule_out(
     assert torch.equal(batch.w[:2], Batch.from_data_list(graphs).w)
 
 
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_one_row_edge_named_attribute_on_one_node_graphs_is_graph_level(
+        fast_path):
+    """One node per graph, one and two edges: a one-row ``edge_w`` fits
+    node- or graph-level, not edge-level, though its name and the first
+    graph (one node, one edge) make PyG's rule say edge-level. Of the two
+    that fit, PyG's rule does not say node-level: graph-level."""
+    graphs = [_graph(1, [(0, 0)]), _graph(1, [(0, 0), (0, 0)])]
+    for i, g in enumerate(graphs):
+        g.edge_w = torch.full((1, 2), float(i))
+    opts = _opts()
+    batch = FixedSizeCollater(opts, fast_path=fast_path)(graphs)
+    _assert_graph_level(batch, graphs, "edge_w", opts)
+
+
 # -- sparse tensors --------------------------------------------------------
 
 def _sparse_message(key: str) -> str:

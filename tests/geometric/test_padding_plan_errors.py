@@ -160,6 +160,25 @@ def test_graph_level_indices_of_empty_padding_graphs_stay_in_range(
     assert pad.root_index.tolist() == pad.ptr[:-1].tolist()
 
 
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("roots", [torch.tensor(1), torch.tensor([1, 2])],
+                         ids=["0-dim", "two-roots"])
+def test_index_attributes_of_a_node_less_padding_graph(fast_path, roots):
+    """Real graphs fill every node and edge slot: the one padding graph
+    has no node, and its index attribute (one or two entries, or 0-dim)
+    points at the batch's last node instead of one past it."""
+    graphs = [_data(3, [(0, 1), (1, 2)], root_index=roots),
+              _data(1, [(0, 0)], seed=1, root_index=roots)]
+    opts = FixedSizeOptions(num_nodes=4, num_edges=3, num_graphs=3)
+    batch = FixedSizeCollater(opts, fast_path=fast_path)(graphs)
+    assert batch.ptr.tolist() == [0, 3, 4, 4]
+    real = Batch.from_data_list(graphs).root_index
+    padded = batch.root_index
+    assert torch.equal(padded[:real.shape[0]], real)
+    assert padded[real.shape[0]:].eq(opts.num_nodes - 1).all()
+    assert padded.shape[0] == real.shape[0] // 2 * 3
+
+
 def test_one_dimensional_graph_level_tensors_keep_their_shape():
     opts = FixedSizeOptions(num_nodes=9, num_edges=6, num_graphs=3,
                             graph_pad_value=-3.0)
