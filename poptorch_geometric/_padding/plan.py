@@ -197,7 +197,8 @@ def keep_padding_indices_in_range(batch: Any, plan: PaddingPlan,
     """Points the graph-level index attributes (``root_index``...) of
     ``batch``'s padding graphs at its last node where PyG's offsets took
     them past it: a padding graph without nodes has no first node, and its
-    offset is the node count of the whole batch."""
+    offset is the node count of the whole batch. (``HeteroData`` offsets
+    only edge indices, which padding edges already keep in range.)"""
     if plan.hetero or plan.num_pad_graphs == 0 or num_nodes == 0:
         return
     for spec in plan.specs[None]:
