@@ -7,6 +7,7 @@ import pytest
 
 from poptorch_geometric import StreamPackingSampler
 from .test_stream_packing_sampler import _dataset
+from .test_stream_packing_units import _Transformed
 
 
 class _Transformed(list):
@@ -44,11 +45,17 @@ def test_messages_in_full(make, message):
         make()
 
 
-@pytest.mark.parametrize("lookahead", [0, 8])
-def test_a_sample_that_never_fits_is_named_with_the_budgets(lookahead):
-    sampler = StreamPackingSampler(_dataset([2, 2, 9, 2], [1, 1, 3, 1]), 2,
-                                   max_num_nodes=6, max_num_edges=4,
-                                   lookahead=lookahead)
+# A dataset with a transform has its sizes read one sample at a time (and
+# refuses a lookahead).
+@pytest.mark.parametrize("lookahead, transformed",
+                         [(0, False), (8, False), (0, True)])
+def test_a_sample_that_never_fits_is_named_with_the_budgets(lookahead,
+                                                            transformed):
+    dataset = _dataset([2, 2, 9, 2], [1, 1, 3, 1])
+    if transformed:
+        dataset = _Transformed(dataset)
+    sampler = StreamPackingSampler(dataset, 2, max_num_nodes=6,
+                                   max_num_edges=4, lookahead=lookahead)
     message = ("Sample 2 with 9 node(s) and 3 edge(s) does not fit an empty "
                "batch of at most 2 graph(s), 6 node(s) and 4 edge(s). "
                "Increase the budgets or allow skipping samples "

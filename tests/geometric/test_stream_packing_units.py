@@ -1,8 +1,8 @@
 """StreamPackingSampler details the broader tests leave open: the skip
 record of a fresh sampler, the full ``len()`` message for a shuffling base
 sampler, a ``RandomSampler`` that draws ``num_samples`` indices, the
-one-by-one path taken for datasets with a transform (errors, skip record,
-log lines), the exact border of "fits an empty batch" with a lookahead, and
+one-by-one path taken for datasets with a transform (skip record, log
+lines; its error is in test_stream_packing_messages), the exact border of "fits an empty batch" with a lookahead, and
 sizes read from the dataset once only."""
 import contextlib
 import logging
@@ -110,18 +110,6 @@ def test_random_sampler_with_num_samples_packs_what_it_draws(
         assert sorted(packed) == sorted(expected)
     else:
         assert packed == expected
-
-
-def test_transformed_dataset_names_the_sample_that_never_fits():
-    sampler = StreamPackingSampler(
-        _Transformed(_dataset([2, 2, 9, 2], [1, 1, 3, 1])), 2,
-        max_num_nodes=6, max_num_edges=4)
-    message = ("Sample 2 with 9 node(s) and 3 edge(s) does not fit an empty "
-               "batch of at most 2 graph(s), 6 node(s) and 4 edge(s). "
-               "Increase the budgets or allow skipping samples "
-               "(allow_skip_data=True, OverSizeStrategy.Skip).")
-    with pytest.raises(RuntimeError, match=f"^{re.escape(message)}$"):
-        list(sampler)
 
 
 def test_transformed_dataset_records_skipped_samples():
