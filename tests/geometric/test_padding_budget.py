@@ -38,30 +38,29 @@ def _raises(error, message):
 
 # -- over-size ------------------------------------------------------------
 
+def _oversize(label, kind, samples, slots, held, allowed):
+    """The whole over-size message: ``label`` names what overflows (e.g.
+    "'a' nodes"), ``kind`` is "nodes" or "edges"."""
+    return (f"The fixed sizes given don't allocate enough space for the "
+            f"number of {label} required to fit {samples} sample(s) into a "
+            f"batch ({slots} including extra padded graph(s)): the samples "
+            f"hold {held} {kind} but the fixed size allows {allowed} {kind}. "
+            f"Increase num_{kind} in FixedSizeOptions, or set trim_{kind} "
+            "(OverSizeStrategy.Trim*) to trim the samples to fit.")
+
+
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_too_many_nodes_message_in_full(fast_path):
     graphs = [graph(3, 2), graph(2, 2)]  # 5 nodes, 4 edges
     opts = FixedSizeOptions(num_nodes=4, num_edges=10, num_graphs=3)
-    with _raises(RuntimeError,
-                 "The fixed sizes given don't allocate enough space for the "
-                 "number of nodes required to fit 2 sample(s) into a batch "
-                 "(3 including extra padded graph(s)): the samples hold 5 "
-                 "nodes but the fixed size allows 4 nodes. Increase "
-                 "num_nodes in FixedSizeOptions, or set trim_nodes "
-                 "(OverSizeStrategy.Trim*) to trim the samples to fit."):
+    with _raises(RuntimeError, _oversize("nodes", "nodes", 2, 3, 5, 4)):
         FixedSizeCollater(opts, fast_path=fast_path)(graphs)
 
 
 def test_too_many_edges_message_in_full():
     graphs = [graph(3, 4), graph(2, 3)]  # 5 nodes, 7 edges
     opts = FixedSizeOptions(num_nodes=10, num_edges=6, num_graphs=4)
-    with _raises(RuntimeError,
-                 "The fixed sizes given don't allocate enough space for the "
-                 "number of edges required to fit 2 sample(s) into a batch "
-                 "(4 including extra padded graph(s)): the samples hold 7 "
-                 "edges but the fixed size allows 6 edges. Increase "
-                 "num_edges in FixedSizeOptions, or set trim_edges "
-                 "(OverSizeStrategy.Trim*) to trim the samples to fit."):
+    with _raises(RuntimeError, _oversize("edges", "edges", 2, 4, 7, 6)):
         FixedSizeCollater(opts)(graphs)
 
 
@@ -69,13 +68,7 @@ def test_too_many_nodes_of_a_hetero_type_names_the_type():
     graphs = [_hetero(3, 1, [(0, 0)]), _hetero(2, 1, [(1, 0)])]
     opts = FixedSizeOptions(num_nodes={"a": 4, "b": 5},
                             num_edges={AB: 5}, num_graphs=3)
-    with _raises(RuntimeError,
-                 "The fixed sizes given don't allocate enough space for the "
-                 "number of 'a' nodes required to fit 2 sample(s) into a "
-                 "batch (3 including extra padded graph(s)): the samples "
-                 "hold 5 nodes but the fixed size allows 4 nodes. Increase "
-                 "num_nodes in FixedSizeOptions, or set trim_nodes "
-                 "(OverSizeStrategy.Trim*) to trim the samples to fit."):
+    with _raises(RuntimeError, _oversize("'a' nodes", "nodes", 2, 3, 5, 4)):
         FixedSizeCollater(opts)(graphs)
 
 
