@@ -3,8 +3,11 @@ result, per backend, with a cold and with a warm compilation cache.
 
 Each measurement runs in a fresh Python process (so nothing stays in memory
 from an earlier one) on the main job's model and a packed NCI batch. Cold:
-the process gets an empty inductor cache directory. Warm: a second process
-reuses that directory, as a user's second run of a script does. The
+the process gets an empty temporary directory, and with it an empty
+inductor cache and no machine-wide precompiled headers (which inductor
+keeps under the temporary directory, outside its cache): a first run on a
+new machine. Warm: a second process reuses that directory, as a user's
+second run of a script does. The
 ``interpret`` backend compiles nothing, so its two figures are the cost of
 tracing alone.
 
@@ -52,10 +55,10 @@ print(json.dumps({{"first_step_s": first,
 """
 
 
-def _run(backend: str, cache_dir: str, root: Optional[str]) -> Dict:
+def _run(backend: str, temp_dir: str, root: Optional[str]) -> Dict:
     examples = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir,
-               POPTORCH_LOG_LEVEL="ERR")
+    env = dict(os.environ, TMPDIR=temp_dir, POPTORCH_LOG_LEVEL="ERR",
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(temp_dir, "inductor"))
     env.pop("POPTORCH_SIM_BACKEND", None)
     code = _SCRIPT.format(examples=examples, root=root, backend=backend)
     result = subprocess.run([sys.executable, "-c", code], env=env,
@@ -74,9 +77,9 @@ def first_step_seconds(backends: List[str],
     second call's (a steady step) for scale."""
     out = {}
     for backend in backends:
-        with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
-            cold = _run(backend, cache, root)
-            warm = _run(backend, cache, root)
+        with tempfile.TemporaryDirectory(prefix="first-step-") as temp:
+            cold = _run(backend, temp, root)
+            warm = _run(backend, temp, root)
         out[backend] = {"cold_s": cold["first_step_s"],
                         "warm_s": warm["first_step_s"],
                         "steady_step_s": warm["second_step_s"]}
