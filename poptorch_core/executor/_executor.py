@@ -34,6 +34,7 @@ from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
 from ._perf import PerfCounters
 from ._state import ExecutorState
+from .backends import prepare_backend
 
 __all__ = ["PoplarExecutor"]
 
@@ -146,6 +147,8 @@ class PoplarExecutor:
             if optimizer is not None:
                 raise AssertionError("Optimizer should be None for inference")
         options.freeze()
+        prepare_backend(options.Simulator.execution_backend,
+                        options.Simulator.host_device)
         if training:
             _host_sync.wrap(state.user_model,
                             sync=state.copy_weights_to_host_if_needed,

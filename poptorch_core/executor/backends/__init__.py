@@ -4,9 +4,11 @@ backends (``_executable``) and the passes that prepare a graph for them.
 ``_lowering`` rewrites PopTorch's marker ops to ATen and drops arithmetic
 identities; ``_wide_inputs`` finds int64 inputs that may skip the int32
 round trip; ``_cpu_inductor`` holds the ``compile`` backend's CPU passes;
-``_host_memory`` keeps freed host memory for the next step; ``_aliasing``
-answers which graph values share memory.
+``_isa_probe`` runs inductor's CPU vector-ISA check while the first graph
+is traced; ``_host_memory`` keeps freed host memory for the next step;
+``_aliasing`` answers which graph values share memory.
 """
-from ._executable import BACKENDS, Executable, compilation_count
+from ._executable import (BACKENDS, Executable, compilation_count,
+                          prepare_backend)
 
-__all__ = ["BACKENDS", "Executable", "compilation_count"]
+__all__ = ["BACKENDS", "Executable", "compilation_count", "prepare_backend"]

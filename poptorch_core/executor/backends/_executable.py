@@ -13,9 +13,19 @@ from typing import Callable, List, Sequence
 import torch
 import torch.fx
 
-__all__ = ["BACKENDS", "compilation_count"]
+from ._isa_probe import start_vec_isa_probe, wait_for_vec_isa_probe
+
+__all__ = ["BACKENDS", "compilation_count", "prepare_backend"]
 
 BACKENDS = ("interpret", "compile")
+
+
+def prepare_backend(backend: str, host_device: str) -> None:
+    """Starts what a backend can do before the first compilation: for
+    ``compile`` on the CPU, inductor's vector-ISA check (``_isa_probe``),
+    which then runs while the model is traced."""
+    if backend == "compile" and torch.device(host_device).type == "cpu":
+        start_vec_isa_probe()
 
 _compilations = 0
 
@@ -35,6 +45,9 @@ def _counting_inductor(gm: torch.fx.GraphModule, example_inputs):
            if isinstance(t, torch.Tensor)):
         from ._cpu_inductor import compile_fx_options
         options = compile_fx_options()
+        # Before compile_fx: on a cache hit, loading the cached kernels
+        # already needs inductor's ISA list.
+        wait_for_vec_isa_probe()
     return compile_fx(gm, example_inputs, **options)
 
 

@@ -1,0 +1,111 @@
+"""Inductor's CPU vector-ISA check, run ahead of the first compilation.
+
+Before it generates the first CPU kernel, inductor checks which vector ISAs
+(AVX-512 VNNI, AVX-512, AVX2 on x86) the C++ compiler can build and load:
+one ``g++`` run and one Python subprocess per ISA the CPU reports, about
+3 s each on 2 cores with an empty cache, on the critical path of the first
+step. Inductor then uses the first ISA of that list. Two changes take most
+of it off the critical path:
+
+* **Early.** Nothing in the check depends on the model, so the ``compile``
+  backend starts it in a background thread when a CPU model is wrapped
+  (:func:`start_vec_isa_probe`); tracing, dynamo and the forward/backward
+  split run in parallel with it.
+* **Only the ISA inductor will use.** The thread runs inductor's own
+  build-and-load check (``bool(isa)``) for the first ISA the CPU reports.
+  When that passes, :func:`wait_for_vec_isa_probe` (called by the
+  post-grad pass, just before lowering) fills inductor's ISA list with the
+  ISAs the CPU reports, without building the lower ones: inductor takes
+  the first, which was checked. When it fails, or when the user chose the
+  ISA (``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``, ``cpp.vec_isa_ok``), or
+  the platform is not x86-64 Linux, inductor's full check runs as before.
+
+Invariants:
+
+* The ISA inductor compiles for is the one its own check would choose, and
+  it has passed that check.
+* At most one probe thread per process. Waiting when none was started is
+  a no-op, and a probe that fails is silent here: inductor runs the full
+  check when it needs the answer and reports what goes wrong there.
+* Inductor's configuration is only changed on the thread that compiles,
+  inside :func:`wait_for_vec_isa_probe`, and restored before it returns, so
+  the compilation's cache key is the same with and without this module.
+"""
+import os
+import platform
+import sys
+import threading
+from typing import Any, Optional
+
+__all__ = ["start_vec_isa_probe", "wait_for_vec_isa_probe"]
+
+_lock = threading.Lock()
+_probe: Optional[threading.Thread] = None
+#: The ISA inductor will pick, once it has passed inductor's check.
+_checked_isa: Any = None
+
+
+def _isa_inductor_picks() -> Any:
+    """The ISA ``pick_vec_isa()`` returns when every check passes (the first
+    of inductor's candidates whose flags the CPU reports), or None where
+    the choice is the user's or the platform's rules differ."""
+    from torch._inductor import config, cpu_vec_isa
+    if os.environ.get("ATEN_CPU_CAPABILITY") or \
+            config.cpp.simdlen is not None or \
+            config.cpp.vec_isa_ok is not None or config.is_fbcode() or \
+            sys.platform != "linux" or platform.machine() != "x86_64":
+        return None
+    flags = cpu_vec_isa.x86_isa_checker()
+    return next((isa for isa in cpu_vec_isa.supported_vec_isa_list
+                 if all(flag in flags for flag in str(isa).split())), None)
+
+
+def _check_vec_isa() -> None:
+    global _checked_isa
+    try:
+        isa = _isa_inductor_picks()
+        if isa is not None and bool(isa):  # inductor's build-and-load check
+            _checked_isa = isa
+    except Exception:  # pylint: disable=broad-except
+        # Inductor runs its full check on the compiling thread and raises
+        # there.
+        pass
+
+
+def start_vec_isa_probe() -> None:
+    """Starts the ISA check in a daemon thread, once per process.
+
+    Example::
+
+        >>> start_vec_isa_probe()
+        >>> wait_for_vec_isa_probe()  # returns once the check has run
+    """
+    global _probe
+    with _lock:
+        if _probe is None:
+            _probe = threading.Thread(target=_check_vec_isa, daemon=True,
+                                      name="poptorch-vec-isa-probe")
+            _probe.start()
+
+
+def wait_for_vec_isa_probe() -> None:
+    """Blocks until a started ISA check has finished (no-op otherwise);
+    when it passed, gives inductor its list of ISAs without building the
+    ones below the checked one."""
+    with _lock:
+        probe = _probe
+    if probe is None or probe is threading.current_thread():
+        return
+    probe.join()
+    if _checked_isa is None:
+        return
+    from torch._inductor import config, cpu_vec_isa
+    if cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+        return  # inductor has already made its list
+    # Every ISA counts as passing while the list is made (cached for the
+    # process): the first, the one inductor uses, passed above.
+    with config.patch({"cpp.vec_isa_ok": True}):
+        isas = cpu_vec_isa.valid_vec_isa_list()
+    if not isas or isas[0] is not _checked_isa:
+        # Not the ISA that was checked: make inductor check them all.
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()

@@ -1,0 +1,100 @@
+"""The ``compile`` backend's early vector-ISA check (``_isa_probe``) makes
+inductor compile for the ISA its own full check would choose.
+
+Each case runs in a fresh process, because inductor caches its ISA list
+per process; the reference is inductor's ``pick_vec_isa()`` in a process
+that never imports poptorch.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from poptorch_core.executor.backends import _isa_probe
+
+_REFERENCE = """
+import json
+from torch._inductor import cpu_vec_isa
+print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa())}))
+"""
+
+_WITH_PROBE = """
+import json
+from torch._inductor import cpu_vec_isa
+from poptorch_core.executor.backends import _isa_probe
+_isa_probe.start_vec_isa_probe()
+_isa_probe.wait_for_vec_isa_probe()
+filled = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1
+print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa()),
+                  "checked": str(_isa_probe._checked_isa),
+                  "filled_by_probe": filled}))
+"""
+
+
+def _run(code: str, **env: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env=dict(os.environ, **env), timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_probe_picks_the_isa_inductor_picks():
+    reference = _run(_REFERENCE)
+    probed = _run(_WITH_PROBE)
+    assert probed["picked"] == reference["picked"]
+    if probed["filled_by_probe"]:
+        # The shortcut was taken: the ISA used is the one that was checked.
+        assert probed["checked"] == probed["picked"]
+
+
+def test_a_user_chosen_isa_gets_inductor_s_full_check():
+    # With ATEN_CPU_CAPABILITY inductor may pick a lower ISA than the
+    # first, which the shortcut does not check: it must stand aside.
+    reference = _run(_REFERENCE, ATEN_CPU_CAPABILITY="default")
+    probed = _run(_WITH_PROBE, ATEN_CPU_CAPABILITY="default")
+    assert probed == {"picked": reference["picked"], "checked": "None",
+                      "filled_by_probe": False}
+
+
+class _FailingIsa:
+    def __bool__(self) -> bool:
+        return False
+
+
+def test_a_failed_check_leaves_the_list_to_inductor(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+    monkeypatch.setattr(_isa_probe, "_probe", None)
+    monkeypatch.setattr(_isa_probe, "_checked_isa", None)
+    monkeypatch.setattr(_isa_probe, "_isa_inductor_picks",
+                        lambda: _FailingIsa())
+    calls = []
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list",
+                        lambda: calls.append(1))
+    _isa_probe.start_vec_isa_probe()
+    _isa_probe.wait_for_vec_isa_probe()
+    assert _isa_probe._checked_isa is None
+    assert calls == []  # not made here, so inductor makes (and checks) it
+
+
+def test_waiting_without_a_probe_does_nothing(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+    monkeypatch.setattr(_isa_probe, "_probe", None)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list",
+                        lambda: pytest.fail("the ISA list was made"))
+    _isa_probe.wait_for_vec_isa_probe()
+
+
+def test_only_the_compile_backend_on_the_cpu_starts_a_probe(monkeypatch):
+    from poptorch_core.executor.backends import prepare_backend
+    started = []
+    monkeypatch.setattr(
+        "poptorch_core.executor.backends._executable.start_vec_isa_probe",
+        lambda: started.append(True))
+    prepare_backend("interpret", "cpu")
+    prepare_backend("compile", "cuda")
+    assert started == []
+    prepare_backend("compile", "cpu")
+    assert started == [True]
