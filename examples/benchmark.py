@@ -49,6 +49,7 @@ from torch_geometric.loader import DataLoader as PyGDataLoader
 
 import poptorch
 import poptorch_geometric as pyg_ipu
+from poptorch_core.data._placement import async_placement
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -260,9 +261,12 @@ def _ratios(record: Dict[str, Any]) -> Dict[str, float]:
 
 def print_table(record: Dict[str, Any]) -> None:
     c, ratios = record["collation"], record["ratios"]
+    async_in = ("a worker process" if record["config"].get(
+        "async_placement") == "worker" else "this process")
     print(f"\nNCI TPSA, {record['config']['molecules']} molecules, "
           f"{GRAPHS_PER_BATCH} graphs per batch, torch "
-          f"{torch.__version__}, {torch.get_num_threads()} thread(s)")
+          f"{torch.__version__}, {torch.get_num_threads()} thread(s), "
+          f"Async loading in {async_in}")
     print(f"{'measure':52}{'value':>12}{'ratio':>9}")
     print(f"{'collation, PyG Collater (graphs/s)':52}"
           f"{c['pyg_graphs_per_s']:>12.0f}{1.0:>9.2f}")
@@ -405,6 +409,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                    "hidden": args.hidden, "backends": args.backends,
                    "device_iterations": args.device_iterations,
                    "graphs_per_batch": GRAPHS_PER_BATCH, "threads": threads,
+                   # Where the Async setups load: a worker process, or this
+                   # process when no CPU is free for one.
+                   "async_placement": async_placement(),
                    "fixed_sizes": {"num_graphs": sizes.num_graphs,
                                    "num_nodes": sizes.num_nodes,
                                    "num_edges": sizes.num_edges},

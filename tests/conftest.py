@@ -14,6 +14,10 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # ten times slower. One thread per worker keeps the cores busy.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+# The Async tests are about the worker process, which a DataLoader would
+# leave out where no CPU is free for it (poptorch_core.data._placement); the
+# placement tests set the variable themselves.
+os.environ.setdefault("POPTORCH_ASYNC_PLACEMENT", "worker")
 SHARED_DATA = pathlib.Path(
     os.environ.get("POPTORCH_SIM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 

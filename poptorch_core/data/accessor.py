@@ -178,7 +178,10 @@ class AsynchronousDataAccessor:
         """Validates a PopTorch DataLoader source; returns whether a final
         partial re-batch must be dropped."""
         if _is_poptorch_loader(dataset):
-            if dataset._accessor is not None:  # pylint: disable=protected-access
+            # An Async loader that loads in this process (no CPU free for
+            # a worker) would use one elsewhere: the same error either way.
+            if dataset._accessor is not None or \
+                    dataset._async_inline:  # pylint: disable=protected-access
                 raise createPoptorchError(
                     "The DataLoader already uses an AsynchronousDataAccessor "
                     "internally. Either use the existing one or set "

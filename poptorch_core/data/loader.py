@@ -5,6 +5,7 @@ A PopTorch model consumes ``batch_size x D x (R / g) x G`` samples per call
 accumulation). This loader asks torch for batches of that combined size, so
 each item it yields is exactly one call's input.
 """
+import inspect
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -16,6 +17,7 @@ from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
 from ._partition import DistributedPartitionSampler
+from ._placement import PLACEMENT_ENV, async_placement, available_cpus
 from .accessor import AsynchronousDataAccessor
 
 __all__ = ["DataLoader"]
@@ -53,7 +55,9 @@ class DataLoader(torch.utils.data.DataLoader):
             (``options.Distributed``), give each process its own contiguous
             part of a map-style dataset.
         mode: ``Sync`` loads in this process; ``Async`` in a worker process
-            through an :class:`AsynchronousDataAccessor`; ``AsyncRebatched``
+            through an :class:`AsynchronousDataAccessor` where a CPU is
+            free for it, else in this process as ``Sync`` does (see
+            ``POPTORCH_ASYNC_PLACEMENT`` in the README); ``AsyncRebatched``
             likewise, with torch batches of ``rebatched_worker_size`` joined
             into combined batches (an iterable dataset split over several
             workers then loses at most one partial batch in all). With a
@@ -102,6 +106,8 @@ class DataLoader(torch.utils.data.DataLoader):
         options.freeze()
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
+        #: Async, loading in this process (``_placement``).
+        self._async_inline = False
         mode = DataLoaderMode(mode)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -237,6 +243,20 @@ class DataLoader(torch.utils.data.DataLoader):
                 "and rebatched_worker_size instead.")
         if self._rebatched:
             async_options["rebatched_size"] = self._combined_batch_size
+        elif async_placement() == "inline":
+            # No CPU is free for a worker process (``_placement``): it would
+            # slow the training step by more than the loading it takes over.
+            # The options are still checked, as the accessor would.
+            inspect.signature(AsynchronousDataAccessor).bind(
+                self, **async_options)
+            logger.info(
+                "DataLoaderMode.Async loads in this process, as Sync does: "
+                "torch's %d intra-op thread(s) leave none of the %d CPU(s) "
+                "this process may run on free for a worker process. Set "
+                "%s=worker to use one anyway.", torch.get_num_threads(),
+                available_cpus(), PLACEMENT_ENV)
+            self._async_inline = True
+            return
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
 

@@ -1,0 +1,137 @@
+"""Where ``DataLoaderMode.Async`` loads (``poptorch_core.data._placement``):
+a worker process where a CPU is free for it, else this process, with the
+same batches either way (checked against torch's own DataLoader)."""
+import logging
+import os
+
+import pytest
+import torch
+
+import poptorch_core as poptorch
+from poptorch_core import DataLoader, DataLoaderMode
+from poptorch_core.data import _placement
+
+from .test_dataloader import Indices
+
+ENV = "POPTORCH_ASYNC_PLACEMENT"
+
+
+@pytest.fixture
+def cpus(monkeypatch):
+    """Sets how many CPUs the process may run on, and torch's threads."""
+    threads = torch.get_num_threads()
+
+    def set_cpus(available: int, torch_threads: int) -> None:
+        monkeypatch.setattr(_placement, "available_cpus", lambda: available)
+        torch.set_num_threads(torch_threads)
+
+    yield set_cpus
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("available,threads,expected", [
+    (2, 2, "inline"), (2, 1, "worker"), (1, 1, "inline"), (8, 4, "worker"),
+    (4, 8, "inline")])
+def test_auto_uses_a_worker_only_where_a_cpu_is_free(
+        monkeypatch, cpus, available, threads, expected):
+    monkeypatch.setenv(ENV, "auto")
+    cpus(available, threads)
+    assert _placement.async_placement() == expected
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("worker", "worker"), ("inline", "inline"), (" Worker ", "worker"),
+    ("", "inline")])
+def test_the_variable_overrides_the_choice(monkeypatch, cpus, value,
+                                           expected):
+    cpus(2, 2)  # auto would choose inline
+    monkeypatch.setenv(ENV, value)
+    assert _placement.async_placement() == expected
+
+
+def test_an_unknown_value_names_the_valid_ones(monkeypatch):
+    monkeypatch.setenv(ENV, "thread")
+    with pytest.raises(ValueError) as info:
+        _placement.async_placement()
+    assert str(info.value) == (
+        "Environment variable POPTORCH_ASYNC_PLACEMENT='thread' is not one "
+        "of auto, worker, inline: use auto (a worker process when a CPU is "
+        "free for it), worker or inline.")
+
+
+def test_available_cpus_is_the_affinity_mask():
+    assert _placement.available_cpus() == len(os.sched_getaffinity(0))
+
+
+def _torch_batches(length, batch_size):
+    loader = torch.utils.data.DataLoader(Indices(length),
+                                         batch_size=batch_size,
+                                         drop_last=True)
+    return [batch.clone() for batch in loader]
+
+
+@pytest.mark.parametrize("placement", ["inline", "worker"])
+def test_async_yields_torch_s_batches_in_either_place(monkeypatch,
+                                                      placement):
+    monkeypatch.setenv(ENV, placement)
+    opts = poptorch.Options().deviceIterations(2)
+    loader = DataLoader(opts, Indices(29), batch_size=3,
+                        mode=DataLoaderMode.Async)
+    try:
+        assert (loader._accessor is None) == (placement == "inline")
+        expected = _torch_batches(29, 6)
+        for _ in range(2):  # two epochs
+            got = [batch.clone() for batch in loader]
+            assert len(got) == len(expected) == len(loader)
+            for actual, wanted in zip(got, expected):
+                assert torch.equal(actual, wanted)
+    finally:
+        loader.terminate()
+
+
+@pytest.mark.parametrize("mode,drop_last", [
+    (DataLoaderMode.AsyncRebatched, True), (DataLoaderMode.Async, False)])
+def test_rebatching_keeps_its_worker(monkeypatch, mode, drop_last):
+    monkeypatch.setenv(ENV, "inline")
+    loader = DataLoader(poptorch.Options().deviceIterations(2), Indices(29),
+                        batch_size=3, mode=mode, drop_last=drop_last)
+    try:
+        assert loader._accessor is not None
+    finally:
+        loader.terminate()
+
+
+def test_inline_async_logs_why_and_how_to_change_it(monkeypatch, cpus,
+                                                    log_records):
+    monkeypatch.setenv(ENV, "auto")
+    cpus(2, 2)
+    level = poptorch.logger.level
+    poptorch.logger.setLevel(logging.INFO)
+    try:
+        DataLoader(poptorch.Options(), Indices(8), batch_size=2,
+                   mode=DataLoaderMode.Async)
+    finally:
+        poptorch.logger.setLevel(level)
+    assert [r.getMessage() for r in log_records
+            if "Async" in r.getMessage()] == [
+        "DataLoaderMode.Async loads in this process, as Sync does: torch's "
+        "2 intra-op thread(s) leave none of the 2 CPU(s) this process may "
+        "run on free for a worker process. Set POPTORCH_ASYNC_PLACEMENT="
+        "worker to use one anyway."]
+
+
+def test_inline_async_still_checks_the_accessor_options(monkeypatch):
+    monkeypatch.setenv(ENV, "inline")
+    with pytest.raises(TypeError, match="buffer_sise"):
+        DataLoader(poptorch.Options(), Indices(8), batch_size=2,
+                   mode=DataLoaderMode.Async,
+                   async_options={"buffer_sise": 4})
+
+
+def test_wrapping_an_inline_async_loader_is_refused_as_upstream(monkeypatch):
+    monkeypatch.setenv(ENV, "inline")
+    loader = DataLoader(poptorch.Options(), Indices(8), batch_size=2,
+                        mode=DataLoaderMode.Async)
+    with pytest.raises(poptorch.Error,
+                       match="already uses an AsynchronousDataAccessor"):
+        poptorch.AsynchronousDataAccessor(loader)
