@@ -44,12 +44,13 @@ def available_cpus() -> int:
 def async_placement() -> str:
     """``"worker"`` or ``"inline"``: where an Async loader built now loads
     (see the module docstring)."""
-    choice = os.environ.get(PLACEMENT_ENV, "auto").strip().lower() or "auto"
+    value = os.environ.get(PLACEMENT_ENV, "auto")
+    choice = value.strip().lower() or "auto"
     if choice not in _CHOICES:
         raise ValueError(
-            f"Environment variable {PLACEMENT_ENV}={os.environ[PLACEMENT_ENV]!r}"
-            f" is not one of {', '.join(_CHOICES)}: use auto (a worker "
-            "process when a CPU is free for it), worker or inline.")
+            f"Environment variable {PLACEMENT_ENV}={value!r} is not one "
+            f"of {', '.join(_CHOICES)}: use auto (a worker process when a "
+            "CPU is free for it), worker or inline.")
     if choice != "auto":
         return choice
     return "worker" if available_cpus() > torch.get_num_threads() \

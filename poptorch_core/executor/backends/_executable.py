@@ -27,6 +27,7 @@ def prepare_backend(backend: str, host_device: str) -> None:
     if backend == "compile" and torch.device(host_device).type == "cpu":
         start_vec_isa_probe()
 
+
 _compilations = 0
 
 
