@@ -17,7 +17,9 @@ from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
 from ._partition import DistributedPartitionSampler
-from ._placement import PLACEMENT_ENV, async_placement, available_cpus
+from ._placement import (PLACEMENT_ENV, WORKER_LOADING_SHARE, LoadingShare,
+                         async_placement, available_cpus,
+                         requested_placement)
 from .accessor import AsynchronousDataAccessor
 
 __all__ = ["DataLoader"]
@@ -108,6 +110,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._accessor: Optional[AsynchronousDataAccessor] = None
         #: Async, loading in this process (``_placement``).
         self._async_inline = False
+        self._async_may_move = False
         mode = DataLoaderMode(mode)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -249,16 +252,48 @@ class DataLoader(torch.utils.data.DataLoader):
             # The options are still checked, as the accessor would.
             inspect.signature(AsynchronousDataAccessor).bind(
                 self, **async_options)
-            logger.info(
-                "DataLoaderMode.Async loads in this process, as Sync does: "
-                "torch's %d intra-op thread(s) leave none of the %d CPU(s) "
-                "this process may run on free for a worker process. Set "
-                "%s=worker to use one anyway.", torch.get_num_threads(),
-                available_cpus(), PLACEMENT_ENV)
+            if requested_placement() == "auto":
+                logger.info(
+                    "DataLoaderMode.Async loads in this process, as Sync "
+                    "does: torch's %d intra-op thread(s) leave none of the "
+                    "%d CPU(s) this process may run on free for a worker "
+                    "process. A worker takes over if loading turns out to "
+                    "take %d%% or more of an epoch. Set %s=worker to use one "
+                    "anyway.", torch.get_num_threads(), available_cpus(),
+                    round(WORKER_LOADING_SHARE * 100), PLACEMENT_ENV)
             self._async_inline = True
+            self._async_options = async_options
+            # Only an automatic choice is revisited (``_inline_epoch``).
+            self._async_may_move = requested_placement() == "auto"
             return
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
+
+    def _inline_epoch(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """An epoch of an Async loader that loads in this process; after
+        the first complete one, moves the loading to a worker process if it
+        took a large share of the epoch (``_placement``)."""
+        timer = LoadingShare()
+        yield from timer.watch(batches)
+        if timer.share is None or timer.share < WORKER_LOADING_SHARE:
+            return
+        self._async_inline = self._async_may_move = False  # tried once
+        try:
+            self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
+                self, **self._async_options)
+        except Exception as error:  # pylint: disable=broad-except
+            # Loading in this process works: keep it rather than fail a
+            # training loop that asked for nothing more.
+            logger.warning(
+                "DataLoaderMode.Async: loading took %.0f%% of the last "
+                "epoch, but no worker process could take it over (%s); the "
+                "loader keeps loading in this process.", timer.share * 100,
+                error)
+            return
+        logger.info(
+            "DataLoaderMode.Async: loading took %.0f%% of the last epoch, "
+            "so the following epochs load in a worker process.",
+            timer.share * 100)
 
     def _warn_if_empty(self) -> bool:
         """Warns (and remembers, for ``__iter__`` to raise) when an epoch
@@ -336,8 +371,10 @@ class DataLoader(torch.utils.data.DataLoader):
             return iter(self._accessor)
         batches = super().__iter__()
         if self._combine_sampler_batches:
-            return self._combine_batches(
+            batches = self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
+        if self._async_inline and self._async_may_move:
+            return self._inline_epoch(batches)
         return batches
 
     def _combine_batches(self, batches: Iterator[Any], num_batches: int,
@@ -353,6 +390,7 @@ class DataLoader(torch.utils.data.DataLoader):
         # iterates it synchronously, with worker processes of its own.
         state = self.__dict__.copy()
         state["_accessor"] = None
+        state["_async_inline"] = False  # the worker's copy loads as Sync
         state["_iterator"] = None
         return state
 

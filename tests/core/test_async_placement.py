@@ -116,8 +116,9 @@ def test_inline_async_logs_why_and_how_to_change_it(monkeypatch, cpus,
             if "Async" in r.getMessage()] == [
         "DataLoaderMode.Async loads in this process, as Sync does: torch's "
         "2 intra-op thread(s) leave none of the 2 CPU(s) this process may "
-        "run on free for a worker process. Set POPTORCH_ASYNC_PLACEMENT="
-        "worker to use one anyway."]
+        "run on free for a worker process. A worker takes over if loading "
+        "turns out to take 25% or more of an epoch. Set "
+        "POPTORCH_ASYNC_PLACEMENT=worker to use one anyway."]
 
 
 def test_inline_async_still_checks_the_accessor_options(monkeypatch):
@@ -135,3 +136,120 @@ def test_wrapping_an_inline_async_loader_is_refused_as_upstream(monkeypatch):
     with pytest.raises(poptorch.Error,
                        match="already uses an AsynchronousDataAccessor"):
         poptorch.AsynchronousDataAccessor(loader)
+
+
+class _Clock:
+    """A fake ``time.perf_counter`` that only moves when told to."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_loading_share_counts_from_the_second_batch(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(_placement.time, "perf_counter", clock)
+    loading = [7.0, 1.0, 2.0, 3.0]  # seconds to load batch 0, 1, 2, 3
+    stepping = [50.0, 4.0, 4.0, 4.0]  # seconds the consumer takes per batch
+
+    def batches():
+        for seconds in loading:
+            clock.now += seconds
+            yield seconds
+
+    timer = _placement.LoadingShare()
+    for i, _ in enumerate(timer.watch(batches())):
+        clock.now += stepping[i]
+    # From the request of batch 1 to the end: loads 1 + 2 + 3 = 6 s of
+    # 6 + 3 x 4 = 18 s (batch 0 and the first step are left out).
+    assert timer.share == pytest.approx(6.0 / 18.0)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2])
+def test_loading_share_needs_three_batches(length):
+    timer = _placement.LoadingShare()
+    list(timer.watch(range(length)))
+    assert timer.share is None
+
+
+def test_loading_share_ignores_an_epoch_left_early():
+    timer = _placement.LoadingShare()
+    for i in timer.watch(range(10)):
+        if i == 5:
+            break
+    assert timer.share is None
+
+
+def _fixed_share(share):
+    class FixedShare(_placement.LoadingShare):
+        def watch(self, batches):
+            yield from batches
+            self.share = share
+    return FixedShare
+
+
+def _inline_loader(monkeypatch, share, env="auto"):
+    from poptorch_core.data import loader as loader_module
+    monkeypatch.setenv(ENV, env)
+    monkeypatch.setattr(_placement, "available_cpus",
+                        lambda: torch.get_num_threads())  # none free
+    monkeypatch.setattr(loader_module, "LoadingShare", _fixed_share(share))
+    return DataLoader(poptorch.Options().deviceIterations(2), Indices(29),
+                      batch_size=3, mode=DataLoaderMode.Async)
+
+
+@pytest.mark.parametrize("share,moves", [(0.10, False), (0.249, False),
+                                         (0.25, True), (0.60, True)])
+def test_a_large_loading_share_moves_loading_to_a_worker(monkeypatch, share,
+                                                         moves):
+    loader = _inline_loader(monkeypatch, share)
+    expected = _torch_batches(29, 6)
+    try:
+        for epoch in range(3):
+            got = [batch.clone() for batch in loader]
+            assert len(got) == len(expected)
+            for actual, wanted in zip(got, expected):
+                assert torch.equal(actual, wanted)
+            assert (loader._accessor is not None) == moves, epoch
+    finally:
+        loader.terminate()
+
+
+def test_inline_asked_for_stays_inline(monkeypatch):
+    loader = _inline_loader(monkeypatch, 0.9, env="inline")
+    for _ in range(2):
+        list(loader)
+    assert loader._accessor is None
+
+
+def test_an_epoch_left_early_moves_nothing(monkeypatch):
+    loader = _inline_loader(monkeypatch, 0.9)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert loader._accessor is None
+
+
+def test_a_worker_that_cannot_start_keeps_loading_here(monkeypatch,
+                                                       log_records):
+    loader = _inline_loader(monkeypatch, 0.9)
+
+    def refuse(*args, **kwargs):
+        raise poptorch.Error("no worker today")
+
+    monkeypatch.setattr(poptorch.AsynchronousDataAccessor, "_for_loader",
+                        refuse)
+    expected = _torch_batches(29, 6)
+    for _ in range(2):
+        got = [batch.clone() for batch in loader]
+        assert [b.tolist() for b in got] == [b.tolist() for b in expected]
+    assert loader._accessor is None
+    warnings = [r.getMessage() for r in log_records
+                if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        "DataLoaderMode.Async: loading took 90% of the last epoch, but no "
+        "worker process could take it over (")
+    assert "no worker today" in warnings[0]
