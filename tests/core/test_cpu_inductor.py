@@ -3,6 +3,7 @@ that turns row scatter-adds into ATen ``index_add`` (what it rewrites, that
 rewritten graphs compute the same values), ``relu``'s backward kept as an
 ATen op, and a message-passing model trained with both."""
 import copy
+import logging
 import pickle
 
 import pytest
@@ -15,7 +16,7 @@ import poptorch
 from poptorch_core.executor.backends._cpu_inductor import (
     POST_GRAD_PASS, CpuPostGradPass, compile_fx_options)
 
-_ROWS = torch.ops.poptorch_sim.index_add_rows.default
+_ROWS = torch.ops.aten.index_add.default
 
 
 def _rewrite(fn, *inputs):
@@ -42,8 +43,9 @@ def test_index_put_rows_become_index_add_with_negative_indices():
     index = torch.tensor([0, 4, -1, 2, 2, -5])
     gm, rewritten = _rewrite(_put_rows, base, index, values)
     assert rewritten == 1
-    assert [n.target for n in gm.graph.nodes
-            if n.op == "call_function"] == [_ROWS]
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert _ROWS in targets
+    assert torch.ops.aten.index_put.default not in targets
     torch.testing.assert_close(gm(base, index, values),
                                _put_rows(base, index, values))
 
@@ -84,13 +86,35 @@ def test_relu_backward_is_not_decomposed_before_the_split():
     assert torch.ops.aten.gelu_backward.default in decompositions
 
 
+def test_the_index_add_fallback_warning_alone_is_dropped():
+    from poptorch_core.executor.backends._cpu_inductor import \
+        _ExpectedIndexAddFallback
+    msg = ("%s is missing a c-shim implementation, using proxy executor as "
+           "fallback")
+
+    def record(op):
+        return logging.LogRecord("torch._inductor.ir", logging.WARNING,
+                                 __file__, 1, msg, (op,), None)
+
+    quiet = _ExpectedIndexAddFallback()
+    assert not quiet.filter(record(torch.ops.aten.index_add.default))
+    assert quiet.filter(record(torch.ops.aten.index_reduce.default))
+    assert quiet.filter(logging.LogRecord(
+        "torch._inductor.ir", logging.WARNING, __file__, 1,
+        "something else about %s", (torch.ops.aten.index_add.default,),
+        None))
+    assert any(isinstance(f, _ExpectedIndexAddFallback) for f in
+               logging.getLogger("torch._inductor.ir").filters)
+
+
 def test_out_of_range_indices_still_raise():
     base, values = torch.randn(5, 3), torch.randn(2, 3)
     gm, _ = _rewrite(_put_rows, base, torch.tensor([0, 1]), values)
-    for bad in (torch.tensor([0, 5]), torch.tensor([0, -6])):
-        with pytest.raises(RuntimeError, match=r"index -?\d+ is out of "
+    for bad in (5, -6, -100):
+        # Named by its own value, as the op it replaces names it.
+        with pytest.raises(RuntimeError, match=rf"index {bad} is out of "
                            r"bounds for dimension 0 with size 5"):
-            gm(base, bad, values)
+            gm(base, torch.tensor([0, bad]), values)
 
 
 @pytest.mark.parametrize("fn,inputs", [
@@ -181,7 +205,7 @@ def _compiled_message_passing_matches_interpret():
     # Forward: the message scatter-add; backward: the embedding and gather
     # gradients (index_put with accumulate).
     assert POST_GRAD_PASS.row_sums - before[0] >= 4
-    assert "poptorch_sim::index_add_rows" in ops
+    assert "aten::index_add" in ops
     # relu's backward (two relus) is expanded after the split, so the
     # forward saved relu's output and no bool mask.
     assert POST_GRAD_PASS.relu_masks - before[1] == 2

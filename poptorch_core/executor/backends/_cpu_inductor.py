@@ -10,8 +10,12 @@ measured on the NCI GINE model (a compiled training step went from about
   (``index_select``, embeddings) an ``index_put`` with ``accumulate=True``.
   Inductor lowers both to loops of atomic adds, several times slower than
   ATen's ``index_add``. The post-grad pass (:class:`CpuPostGradPass`)
-  rewrites them into :func:`index_add_rows`, an opaque op that inductor
-  calls as it is while it still fuses the element-wise work around it.
+  rewrites them into ``aten.index_add``, which inductor calls as the ATen
+  kernel (it has no lowering of its own for it) while it still fuses the
+  element-wise work around it. From the C++ wrapper that is a direct
+  dispatcher call: a Python custom op wrapping ``index_add``, used before,
+  cost about 40 us per call in Python, 19 calls per NCI step (the
+  compiled step went from 8.9-9.6 ms to 7.3-7.6 ms).
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
   ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's
@@ -30,7 +34,9 @@ The row rewrite takes only exact equivalents:
   shape ``(len(src), 1)``, int64, and ``src.shape[1:] == base.shape[1:]``.
 
 Negative indices of an ``index_put`` count from the end, as it counts them
-(``scatter_add`` rejects them, and so does ``index_add``).
+(``scatter_add`` rejects them, and so does ``index_add``): the rewrite adds
+the row count to those in range first, so out-of-range ones still raise
+with their own value.
 
 How the C++ is built (:data:`FIRST_COMPILE_PATCHES`) is chosen for the
 first step, whose compilation a user waits for:
@@ -52,13 +58,17 @@ change to any of them compiles afresh instead of reusing inductor's cache.
 
 Example::
 
-    >>> import torch
-    >>> base, src = torch.zeros(3, 2), torch.ones(4, 2)
-    >>> torch.ops.poptorch_sim.index_add_rows(
-    ...     base, torch.tensor([0, 2, 2, -1]), src, True)[:, 0].tolist()
-    [1.0, 0.0, 3.0]
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def gather_grad(base, index, values):
+    ...     return torch.ops.aten.index_put(base, [index], values, True)
+    >>> gm = make_fx(gather_grad, tracing_mode="fake")(
+    ...     torch.zeros(3, 2), torch.tensor([0, 2, -1]), torch.ones(3, 2))
+    >>> POST_GRAD_PASS(gm.graph)
+    >>> torch.ops.aten.index_add.default in [n.target for n in gm.graph.nodes]
+    True
 """
 import functools
+import logging
 from typing import Any, Dict, List
 
 import torch
@@ -70,29 +80,6 @@ from torch._inductor.custom_graph_pass import (CustomGraphPass,
 __all__: List[str] = []
 
 _aten = torch.ops.aten
-
-
-@torch.library.custom_op("poptorch_sim::index_add_rows", mutates_args=())
-def index_add_rows(base: Tensor, index: Tensor, src: Tensor,
-                   negative_from_end: bool = False) -> Tensor:
-    """``base`` with ``src[i]`` added to row ``index[i]``; with
-    ``negative_from_end`` negative indices count from the end (out-of-range
-    indices raise either way)."""
-    try:
-        return base.index_add(0, index, src)
-    except RuntimeError:
-        # index_add rejects negative indices (before the result is used):
-        # counting them from the end costs two more ops, paid only here.
-        if not negative_from_end:
-            raise
-    index = torch.where(index < 0, index + base.shape[0], index)
-    return base.index_add(0, index, src)
-
-
-@index_add_rows.register_fake
-def _(base: Tensor, index: Tensor, src: Tensor,
-      negative_from_end: bool = False) -> Tensor:
-    return torch.empty_like(base)
 
 
 def _val(node) -> object:
@@ -165,9 +152,30 @@ def _expand_threshold_backward(graph: torch.fx.Graph,
     return True
 
 
+def _call(graph: torch.fx.Graph, op: Any, *args: Any) -> torch.fx.Node:
+    """A new node ``op(*args)`` with its fake value, as passes keep them."""
+    node = graph.call_function(op, args)
+    node.meta["val"] = op(*(_val(a) if isinstance(a, torch.fx.Node) else a
+                            for a in args))
+    return node
+
+
+def _count_negatives_from_the_end(graph: torch.fx.Graph,
+                                  index: torch.fx.Node,
+                                  rows: int) -> torch.fx.Node:
+    """``index`` with its entries in ``[-rows, 0)`` moved up by ``rows``,
+    as ``index_put`` reads them; others, out-of-range ones included (which
+    ``index_add`` then rejects by their own value), stay."""
+    in_range = _call(graph, _aten.bitwise_and.Tensor,
+                     _call(graph, _aten.lt.Scalar, index, 0),
+                     _call(graph, _aten.ge.Scalar, index, -rows))
+    return _call(graph, _aten.where.self, in_range,
+                 _call(graph, _aten.add.Scalar, index, rows), index)
+
+
 def _rewrite_row_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     """Replaces a row-accumulating ``index_put`` or an expanded-column
-    ``scatter_add`` with :func:`index_add_rows`."""
+    ``scatter_add`` with ``aten.index_add``."""
     match = _index_put_rows(node)
     from_index_put = match is not None
     if match is None:
@@ -176,13 +184,13 @@ def _rewrite_row_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
             return False
     base, index, src = match
     with graph.inserting_before(node):
-        if not from_index_put:  # the [E, 1, ...] column
-            column = index
-            index = graph.call_function(_aten.view.default, (column, [-1]))
-            index.meta["val"] = _val(column).view(-1)
-        new = graph.call_function(
-            torch.ops.poptorch_sim.index_add_rows.default,
-            (base, index, src, from_index_put))
+        if from_index_put:
+            index = _count_negatives_from_the_end(graph, index,
+                                                  _val(base).shape[0])
+        else:  # the [E, 1, ...] column
+            index = _call(graph, _aten.view.default, index, [-1])
+        new = graph.call_function(_aten.index_add.default,
+                                  (base, 0, index, src))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)
@@ -216,6 +224,19 @@ class CpuPostGradPass(CustomGraphPass):
 def _source_hash() -> bytes:
     return get_hash_for_files((__file__,))
 
+
+class _ExpectedIndexAddFallback(logging.Filter):
+    """Drops inductor's warning that ``aten.index_add`` has no C shim and
+    is called through the dispatcher instead: the row rewrite asks for
+    exactly that (other ops' warnings pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.args and str(record.args[0]) ==
+                    "aten.index_add.default" and
+                    "missing a c-shim" in str(record.msg))
+
+
+logging.getLogger("torch._inductor.ir").addFilter(_ExpectedIndexAddFallback())
 
 #: The post-grad pass the ``compile`` backend gives inductor for CPU graphs.
 POST_GRAD_PASS = CpuPostGradPass()
