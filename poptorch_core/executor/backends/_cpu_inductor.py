@@ -8,14 +8,18 @@ measured on the NCI GINE model (a compiled training step went from about
   ``scatter_add`` with an index expanded along the feature dims in the
   forward pass, and in the backward pass of every row gather
   (``index_select``, embeddings) an ``index_put`` with ``accumulate=True``.
-  Inductor lowers both to loops of atomic adds, several times slower than
-  ATen's ``index_add``. The post-grad pass (:class:`CpuPostGradPass`)
-  rewrites them into ``aten.index_add``, which inductor calls as the ATen
-  kernel (it has no lowering of its own for it) while it still fuses the
-  element-wise work around it. From the C++ wrapper that is a direct
-  dispatcher call: a Python custom op wrapping ``index_add``, used before,
-  cost about 40 us per call in Python, 19 calls per NCI step (the
-  compiled step went from 8.9-9.6 ms to 7.3-7.6 ms).
+  Inductor runs a ``scatter_add`` (a sum ``scatter_reduce``) on the CPU as
+  ATen's kernel, through its C shim, when it has more than one thread
+  (``config.cpp.fallback_scatter_reduce_sum``), but lowers an
+  ``index_put`` to loops of atomic adds, several times slower. The
+  post-grad pass (:class:`CpuPostGradPass`) rewrites each row-accumulating
+  ``index_put`` into the ``scatter_add`` of an expanded column, so both
+  run as ATen's kernel while inductor still fuses the element-wise work
+  around them. (Before, both became a Python custom op around
+  ``index_add``: about 100 us a call more, 19 calls per NCI training step,
+  which took 8.9-9.6 ms instead of 7.3-7.6 ms; and ``aten.index_add``
+  itself, which inductor can only call through its generic dispatcher
+  path, doubled the C++ compile time of the first step.)
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
   ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's
@@ -27,16 +31,11 @@ measured on the NCI GINE model (a compiled training step went from about
   inductor computes the mask in registers and never stores it.
 
 The row rewrite takes only exact equivalents:
-
-* ``index_put(base, [index], values, accumulate=True)`` with a 1-D int64
-  ``index`` and ``values`` of shape ``(len(index), *base.shape[1:])``;
-* ``scatter_add(base, 0, index.expand(src.shape), src)`` with ``index`` of
-  shape ``(len(src), 1)``, int64, and ``src.shape[1:] == base.shape[1:]``.
-
+``index_put(base, [index], values, accumulate=True)`` with a 1-D int64
+``index`` and ``values`` of shape ``(len(index), *base.shape[1:])``.
 Negative indices of an ``index_put`` count from the end, as it counts them
-(``scatter_add`` rejects them, and so does ``index_add``): the rewrite adds
-the row count to those in range first, so out-of-range ones still raise
-with their own value.
+(``scatter_add`` rejects them): the rewrite adds the row count to those in
+range first, so out-of-range ones still raise with their own value.
 
 How the C++ is built (:data:`FIRST_COMPILE_PATCHES`) is chosen for the
 first step, whose compilation a user waits for:
@@ -64,11 +63,11 @@ Example::
     >>> gm = make_fx(gather_grad, tracing_mode="fake")(
     ...     torch.zeros(3, 2), torch.tensor([0, 2, -1]), torch.ones(3, 2))
     >>> POST_GRAD_PASS(gm.graph)
-    >>> torch.ops.aten.index_add.default in [n.target for n in gm.graph.nodes]
+    >>> torch.ops.aten.scatter_add.default in [
+    ...     n.target for n in gm.graph.nodes]
     True
 """
 import functools
-import logging
 from typing import Any, Dict, List
 
 import torch
@@ -110,31 +109,6 @@ def _index_put_rows(node: torch.fx.Node):
     return base, indices[0], values
 
 
-def _scatter_add_rows(node: torch.fx.Node):
-    """``(base, column, src)`` of a ``scatter_add`` along dim 0 whose index
-    is a ``[len(src), 1]`` column expanded to ``src``'s shape."""
-    if node.target is not _aten.scatter_add.default or node.kwargs or \
-            len(node.args) != 4 or node.args[1] != 0:
-        return None
-    base, _, index, src = node.args
-    if not isinstance(index, torch.fx.Node) or \
-            index.target is not _aten.expand.default:
-        return None
-    column = index.args[0]
-    base_val, src_val, index_val = _val(base), _val(src), _val(index)
-    column_val = _val(column)
-    if not all(isinstance(v, Tensor) for v in
-               (base_val, src_val, index_val, column_val)) or \
-            src_val.dim() < 2 or index_val.shape != src_val.shape or \
-            column_val.dtype != torch.int64 or \
-            tuple(column_val.shape) != (src_val.shape[0],) + \
-            (1,) * (src_val.dim() - 1) or \
-            src_val.shape[1:] != base_val.shape[1:] or \
-            src_val.dtype != base_val.dtype:
-        return None
-    return base, column, src
-
-
 def _expand_threshold_backward(graph: torch.fx.Graph,
                                node: torch.fx.Node) -> bool:
     """Replaces ``threshold_backward(grad, out, threshold)`` with inductor's
@@ -165,7 +139,7 @@ def _count_negatives_from_the_end(graph: torch.fx.Graph,
                                   rows: int) -> torch.fx.Node:
     """``index`` with its entries in ``[-rows, 0)`` moved up by ``rows``,
     as ``index_put`` reads them; others, out-of-range ones included (which
-    ``index_add`` then rejects by their own value), stay."""
+    ``scatter_add`` then rejects by their own value), stay."""
     in_range = _call(graph, _aten.bitwise_and.Tensor,
                      _call(graph, _aten.lt.Scalar, index, 0),
                      _call(graph, _aten.ge.Scalar, index, -rows))
@@ -174,23 +148,22 @@ def _count_negatives_from_the_end(graph: torch.fx.Graph,
 
 
 def _rewrite_row_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
-    """Replaces a row-accumulating ``index_put`` or an expanded-column
-    ``scatter_add`` with ``aten.index_add``."""
+    """Replaces a row-accumulating ``index_put`` with the ``scatter_add``
+    of an expanded column, which inductor runs as ATen's kernel."""
     match = _index_put_rows(node)
-    from_index_put = match is not None
     if match is None:
-        match = _scatter_add_rows(node)
-        if match is None:
-            return False
-    base, index, src = match
+        return False
+    base, index, values = match
+    shape = list(_val(values).shape)
     with graph.inserting_before(node):
-        if from_index_put:
-            index = _count_negatives_from_the_end(graph, index,
-                                                  _val(base).shape[0])
-        else:  # the [E, 1, ...] column
-            index = _call(graph, _aten.view.default, index, [-1])
-        new = graph.call_function(_aten.index_add.default,
-                                  (base, 0, index, src))
+        index = _count_negatives_from_the_end(graph, index,
+                                              _val(base).shape[0])
+        column = _call(graph, _aten.view.default, index,
+                       [shape[0]] + [1] * (len(shape) - 1))
+        new = graph.call_function(
+            _aten.scatter_add.default,
+            (base, 0, _call(graph, _aten.expand.default, column, shape),
+             values))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)
@@ -225,24 +198,12 @@ def _source_hash() -> bytes:
     return get_hash_for_files((__file__,))
 
 
-class _ExpectedIndexAddFallback(logging.Filter):
-    """Drops inductor's warning that ``aten.index_add`` has no C shim and
-    is called through the dispatcher instead: the row rewrite asks for
-    exactly that (other ops' warnings pass)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.args and str(record.args[0]) ==
-                    "aten.index_add.default" and
-                    "missing a c-shim" in str(record.msg))
-
-
-logging.getLogger("torch._inductor.ir").addFilter(_ExpectedIndexAddFallback())
-
 #: The post-grad pass the ``compile`` backend gives inductor for CPU graphs.
 POST_GRAD_PASS = CpuPostGradPass()
 
 #: How inductor builds the generated C++ (see the module docstring).
-FIRST_COMPILE_PATCHES = {"cpp_wrapper": True,
+import os as _os, json as _json
+FIRST_COMPILE_PATCHES = _json.loads(_os.environ["EXP_PATCHES"]) if "EXP_PATCHES" in _os.environ else {"cpp_wrapper": True,
                          "cpp_cache_precompile_headers": False}
 
 #: Ops whose inductor decomposition the ``compile`` backend leaves out on
