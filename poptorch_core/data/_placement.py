@@ -12,10 +12,10 @@ costs a third of that). So the loader chooses:
   intra-op threads (a core the step does not use), as PopTorch always does;
 * ``inline`` otherwise: the loader iterates in this process, exactly as
   ``Sync`` does (same batches, same order rules, no worker process), and
-  times its first complete epoch (:class:`LoadingShare`). Where loading
-  took at least :data:`WORKER_LOADING_SHARE` of the epoch, from the second
-  step on (the first one compiles), the following epochs load in a worker:
-  then the loading a worker takes over outweighs what it costs the step.
+  times its complete epochs (:class:`LoadingShare`). Once loading takes at
+  least :data:`WORKER_LOADING_SHARE` of one, from the second step on (the
+  first one compiles), the following epochs load in a worker: then the
+  loading a worker takes over outweighs what it costs the step.
   On 2 cores with torch's 2 threads a worker slowed the NCI training step,
   whose collation is about 10% of it, by 6-10%, and sped up a step whose
   loading (parsing SMILES) is about 38% of it by 7%.

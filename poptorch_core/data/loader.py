@@ -252,7 +252,9 @@ class DataLoader(torch.utils.data.DataLoader):
             # The options are still checked, as the accessor would.
             inspect.signature(AsynchronousDataAccessor).bind(
                 self, **async_options)
-            if requested_placement() == "auto":
+            # Only an automatic choice is revisited (``_inline_epoch``).
+            automatic = requested_placement() == "auto"
+            if automatic:
                 logger.info(
                     "DataLoaderMode.Async loads in this process, as Sync "
                     "does: torch's %d intra-op thread(s) leave none of the "
@@ -261,18 +263,16 @@ class DataLoader(torch.utils.data.DataLoader):
                     "take %d%% or more of an epoch. Set %s=worker to use one "
                     "anyway.", torch.get_num_threads(), available_cpus(),
                     round(WORKER_LOADING_SHARE * 100), PLACEMENT_ENV)
-            self._async_inline = True
+            self._async_inline, self._async_may_move = True, automatic
             self._async_options = async_options
-            # Only an automatic choice is revisited (``_inline_epoch``).
-            self._async_may_move = requested_placement() == "auto"
             return
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
             self, **async_options)
 
     def _inline_epoch(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """An epoch of an Async loader that loads in this process; after
-        the first complete one, moves the loading to a worker process if it
-        took a large share of the epoch (``_placement``)."""
+        """An epoch of an Async loader that loads in this process; if it
+        runs to its end and loading took a large share of it, the following
+        epochs load in a worker process (``_placement``)."""
         timer = LoadingShare()
         yield from timer.watch(batches)
         if timer.share is None or timer.share < WORKER_LOADING_SHARE:
