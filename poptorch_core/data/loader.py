@@ -108,9 +108,7 @@ class DataLoader(torch.utils.data.DataLoader):
         options.freeze()
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
-        #: Async, loading in this process (``_placement``).
-        self._async_inline = False
-        self._async_may_move = False
+        self._async_inline = self._async_may_move = False  # _placement
         mode = DataLoaderMode(mode)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
