@@ -70,6 +70,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     dataset = NCITPSA(root=args.data_root)
     sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset, args.batch_size)
     opts = poptorch.Options().randomSeed(0)
+    # The worker process and its shared-memory ring are what may leak: use
+    # them even where no CPU is free for a worker (Async would then load
+    # in this process).
+    os.environ.setdefault("POPTORCH_ASYNC_PLACEMENT", "worker")
     loader = pyg_ipu.FixedSizeDataLoader(
         dataset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
         fixed_size_strategy=pyg_ipu.FixedSizeStrategy.StreamPack,
