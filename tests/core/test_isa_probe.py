@@ -15,9 +15,15 @@ import pytest
 from poptorch_core.executor.backends import _isa_probe
 
 _REFERENCE = """
-import json
+import json, platform, sys
 from torch._inductor import cpu_vec_isa
-print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa())}))
+picked = str(cpu_vec_isa.pick_vec_isa())
+first = None
+if sys.platform == "linux" and platform.machine() == "x86_64":
+    flags = cpu_vec_isa.x86_isa_checker()
+    first = next((str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
+                  if all(f in flags for f in str(isa).split())), None)
+print(json.dumps({"picked": picked, "first_candidate": first}))
 """
 
 _WITH_PROBE = """
@@ -45,8 +51,11 @@ def test_probe_picks_the_isa_inductor_picks():
     reference = _run(_REFERENCE)
     probed = _run(_WITH_PROBE)
     assert probed["picked"] == reference["picked"]
-    if probed["filled_by_probe"]:
-        # The shortcut was taken: the ISA used is the one that was checked.
+    # Where inductor's full check keeps the first ISA the CPU reports, the
+    # shortcut applies, and the ISA used is the one that was checked.
+    shortcut = reference["picked"] == reference["first_candidate"]
+    assert probed["filled_by_probe"] == shortcut
+    if shortcut:
         assert probed["checked"] == probed["picked"]
 
 
@@ -55,6 +64,7 @@ def test_a_user_chosen_isa_gets_inductor_s_full_check():
     # first, which the shortcut does not check: it must stand aside.
     reference = _run(_REFERENCE, ATEN_CPU_CAPABILITY="default")
     probed = _run(_WITH_PROBE, ATEN_CPU_CAPABILITY="default")
+    assert reference["picked"] != reference["first_candidate"]
     assert probed == {"picked": reference["picked"], "checked": "None",
                       "filled_by_probe": False}
 
