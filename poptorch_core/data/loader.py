@@ -273,7 +273,8 @@ class DataLoader(torch.utils.data.DataLoader):
         epochs load in a worker process (``_placement``)."""
         timer = LoadingShare()
         yield from timer.watch(batches)
-        if timer.share is None or timer.share < WORKER_LOADING_SHARE:
+        if timer.share is None or timer.share < WORKER_LOADING_SHARE or \
+                not self._async_may_move:  # another epoch iterator moved
             return
         self._async_inline = self._async_may_move = False  # tried once
         try:

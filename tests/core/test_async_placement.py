@@ -217,6 +217,27 @@ def test_a_large_loading_share_moves_loading_to_a_worker(monkeypatch, share,
         loader.terminate()
 
 
+def test_two_epochs_iterated_at_once_start_one_worker(monkeypatch):
+    loader = _inline_loader(monkeypatch, 0.9)
+    started = []
+    real = poptorch.AsynchronousDataAccessor._for_loader
+
+    def counting(*args, **kwargs):
+        started.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(poptorch.AsynchronousDataAccessor, "_for_loader",
+                        counting)
+    try:
+        first, second = iter(loader), iter(loader)
+        for a, b in zip(first, second):
+            assert torch.equal(a, b)
+        assert list(first) == list(second) == []  # both run to their end
+        assert started == [True]
+    finally:
+        loader.terminate()
+
+
 def test_inline_asked_for_stays_inline(monkeypatch):
     loader = _inline_loader(monkeypatch, 0.9, env="inline")
     for _ in range(2):
