@@ -409,8 +409,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                    "hidden": args.hidden, "backends": args.backends,
                    "device_iterations": args.device_iterations,
                    "graphs_per_batch": GRAPHS_PER_BATCH, "threads": threads,
-                   # Where the Async setups load: a worker process, or this
-                   # process when no CPU is free for one.
+                   # Where the Async setups start loading: a worker process,
+                   # or this process when no CPU is free for one (until
+                   # loading takes a quarter of an epoch).
                    "async_placement": async_placement(),
                    "fixed_sizes": {"num_graphs": sizes.num_graphs,
                                    "num_nodes": sizes.num_nodes,

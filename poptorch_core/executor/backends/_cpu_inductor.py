@@ -202,8 +202,7 @@ def _source_hash() -> bytes:
 POST_GRAD_PASS = CpuPostGradPass()
 
 #: How inductor builds the generated C++ (see the module docstring).
-import os as _os, json as _json
-FIRST_COMPILE_PATCHES = _json.loads(_os.environ["EXP_PATCHES"]) if "EXP_PATCHES" in _os.environ else {"cpp_wrapper": True,
+FIRST_COMPILE_PATCHES = {"cpp_wrapper": True,
                          "cpp_cache_precompile_headers": False}
 
 #: Ops whose inductor decomposition the ``compile`` backend leaves out on
