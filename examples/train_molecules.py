@@ -311,8 +311,8 @@ def _backend_line(summary: Dict[str, Any]) -> str:
     if summary["backend"] == "interpret":
         return ("interpret (runs the traced graph as it is: nothing to "
                 "compile; --backend compile or POPTORCH_SIM_BACKEND=compile "
-                "uses torch.compile)")
-    return (f"compile (torch.compile runs: train "
+                "compiles it with inductor)")
+    return (f"compile (inductor compilations: train "
             f"{summary['compilations']['train']}, inference "
             f"{summary['compilations']['inference']}; 1 each means no "
             "recompilation)")

@@ -100,7 +100,10 @@ class Program:
                       for _ in range(self.captured.num_user_outputs)]
         with self.rng.active() if self.uses_rng else contextlib.nullcontext():
             if self.training:
-                self._run_training(splits, collectors)
+                # The device trains whatever the host's grad mode (and the
+                # compiled graph was built for grad mode on).
+                with torch.enable_grad():
+                    self._run_training(splits, collectors)
             else:
                 with torch.no_grad():
                     self._run_inference(splits, collectors)

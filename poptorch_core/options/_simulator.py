@@ -20,7 +20,7 @@ from ._dict import OptionsDict
 __all__ = []
 
 #: Execution backends of the simulator: ``interpret`` runs the traced graph
-#: as is, ``compile`` runs it through ``torch.compile`` once per executable.
+#: as is, ``compile`` compiles it with inductor once per executable.
 BACKENDS: Tuple[str, ...] = ("interpret", "compile")
 #: Host devices the simulated IPU computes on.
 HOST_DEVICES: Tuple[str, ...] = ("cpu", "cuda")

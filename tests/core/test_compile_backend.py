@@ -1,5 +1,9 @@
-"""The ``compile`` backend: torch.compile with static shapes, once."""
+"""The ``compile`` backend: inductor on the captured graph, once."""
 import copy
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -86,16 +90,124 @@ def test_compiled_inference_matches_eager():
 
 
 def test_each_model_compiles_once_however_many_a_process_builds():
-    """Dynamo caches compiled code per code object and gives up after
-    ``recompile_limit`` variants of one: every model must have its own."""
-    import torch._dynamo.config
-    with torch._dynamo.config.patch(recompile_limit=2):
-        for _ in range(4):
-            model = MLP()
-            opts = poptorch.Options()
-            opts.Simulator.backend("compile")
-            ipu = poptorch.trainingModel(
-                model, opts, torch.optim.SGD(model.parameters(), lr=0.05))
-            for _ in range(2):
-                ipu(torch.randn(8, 4), torch.randn(8, 3))
-            assert ipu.compilations() == 1
+    for _ in range(4):
+        model = MLP()
+        opts = poptorch.Options()
+        opts.Simulator.backend("compile")
+        ipu = poptorch.trainingModel(
+            model, opts, torch.optim.SGD(model.parameters(), lr=0.05))
+        for _ in range(2):
+            ipu(torch.randn(8, 4), torch.randn(8, 3))
+        assert ipu.compilations() == 1
+
+
+@pytest.mark.parametrize("backend", ["interpret", "compile"])
+def test_training_under_no_grad_still_trains(backend):
+    """The device trains whatever the host's grad mode: a training call
+    made inside ``torch.no_grad()`` (for example from an evaluation helper)
+    takes the same optimizer step as outside it, and the compiled graph,
+    built on that first call, has its backward."""
+    torch.manual_seed(6)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    opts = poptorch.Options()
+    opts.Simulator.backend(backend)
+    ipu = poptorch.trainingModel(
+        model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(2):
+        x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 3, generator=gen)
+        with torch.no_grad():
+            ipu(x, y)
+        ref_opt.zero_grad()
+        reference(x, y)[1].backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_of_other_strides_raise_instead_of_being_misread():
+    """The compiled graph is built for the compile-time strides (the
+    executor feeds it contiguous micro-batches); inductor's size and stride
+    checks stay on, so another layout raises rather than being read as
+    if it had the first one."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from poptorch_core.executor.backends._executable import Executable
+
+    def scale_and_add(a, b):
+        return (a * 2 + b,)
+
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    executable = Executable(make_fx(scale_and_add)(a, b), "compile")
+    torch.testing.assert_close(executable.run([a, b])[0], a * 2 + b)
+    with pytest.raises(RuntimeError, match="stride"):
+        executable.run([a, torch.randn(3, 4).t()])
+    assert executable.compilations == 1
+
+
+def test_another_dtype_or_grad_mode_compiles_another_form():
+    """What dynamo's guards used to catch: inputs of another dtype, or a
+    call in another grad mode, get a form compiled for them (once each),
+    never kernels built for the first."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from poptorch_core.executor.backends._executable import Executable
+
+    def lookup(table, index):
+        return (table.index_select(0, index.to(torch.int64)) * 2,)
+
+    table = torch.randn(5, 3, requires_grad=True)
+    index = torch.tensor([4, 0, 2, 4])
+    executable = Executable(make_fx(lookup)(table, index), "compile")
+    for idx in (index, index.int(), index, index.int()):
+        out = executable.run([table, idx])[0]
+        torch.testing.assert_close(out, table.detach()[index] * 2)
+        assert out.requires_grad
+    assert executable.compilations == 2
+    with torch.no_grad():
+        out = executable.run([table, index])[0]
+    assert not out.requires_grad and executable.compilations == 3
+    torch.testing.assert_close(out, table.detach()[index] * 2)
+
+
+_WARM_CACHE_RUN = """
+import json, torch, poptorch
+from torch._dynamo.utils import counters
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                            torch.nn.Linear(8, 1))
+class WithLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = model
+    def forward(self, x, y):
+        out = self.model(x)
+        return out, torch.nn.functional.mse_loss(out, y)
+opts = poptorch.Options()
+opts.Simulator.backend("compile")
+ipu = poptorch.trainingModel(WithLoss(), opts,
+                             torch.optim.SGD(model.parameters(), lr=0.1))
+ipu(torch.ones(8, 4), torch.zeros(8, 1))
+print(json.dumps({k: dict(counters[k]) for k in ("aot_autograd", "inductor")}))
+"""
+
+
+def test_a_second_process_reuses_the_compiled_graph(tmp_path):
+    """Inductor's and AOTAutograd's caches take the captured graph (they
+    stand aside, silently, for graphs compiled without a shape
+    environment): a second run of the same script loads the forward and
+    backward kernels instead of compiling them."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
+               POPTORCH_LOG_LEVEL="ERR")
+
+    def counters() -> dict:
+        result = subprocess.run([sys.executable, "-c", _WARM_CACHE_RUN],
+                                capture_output=True, text=True, env=env,
+                                timeout=600, check=False)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    first, second = counters(), counters()
+    assert first["aot_autograd"].get("autograd_cache_miss") == 1
+    assert first["inductor"].get("fxgraph_cache_miss") == 2
+    assert second["aot_autograd"].get("autograd_cache_hit") == 1
+    assert "autograd_cache_bypass" not in second["aot_autograd"]

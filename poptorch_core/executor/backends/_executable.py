@@ -1,17 +1,38 @@
 """How a captured graph is run: the ``interpret`` and ``compile`` backends.
 
 ``interpret`` calls the traced ``GraphModule`` directly (its generated Python
-code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` runs it
-through ``torch.compile`` with static shapes; because the executor only ever
-feeds it micro-batches of the compile-time shapes, it compiles exactly once.
+code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` hands
+the same graph to inductor (``compile_fx``, which splits it into forward and
+backward with AOTAutograd) on the first call, and compiles exactly once.
 On the CPU, row scatter-adds (message-passing sums, gather gradients) stay
 ATen ops and ``relu``'s backward saves no boolean mask, two things
 inductor's generated CPU code does slowly (``_cpu_inductor``).
+
+Why not ``torch.compile``: the captured graph is already an ATen graph with
+static shapes, so dynamo would only re-trace its Python code (about 1 s of
+the first step) and check its guards before every call (about 0.5 ms of a
+7 ms NCI training step). What those guards protect is kept another way:
+
+* shapes and strides: the executor only feeds micro-batches of the
+  compile-time input signature (``InputSignature``), made contiguous
+  (``Program.device_inputs``); inductor's generated code still asserts the
+  size and stride of every input, so a mismatch raises instead of computing
+  on misread memory;
+* dtypes, ``requires_grad`` and grad mode, which decide the kernels and
+  whether AOTAutograd builds a backward graph: the compiled form is kept
+  per combination of them (:func:`_variant`), and a call with a new one
+  compiles again, as a failed guard would. The executor keeps them fixed
+  (a training program always runs with grad enabled, an inference program
+  without), so a model compiles once.
 """
-from typing import Callable, List, Sequence
+import contextlib
+from typing import Callable, Dict, Hashable, Iterator, List, Sequence
 
 import torch
 import torch.fx
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._isa_probe import start_vec_isa_probe, wait_for_vec_isa_probe
 
@@ -33,23 +54,54 @@ _compilations = 0
 
 def compilation_count() -> int:
     """Number of graphs the ``compile`` backend has compiled in this
-    process (each ``torch.compile`` backend invocation counts once)."""
+    process."""
     return _compilations
 
 
-def _counting_inductor(gm: torch.fx.GraphModule, example_inputs):
+@contextlib.contextmanager
+def _without_placeholder_values(gm: torch.fx.GraphModule) -> Iterator[None]:
+    """Hides the example values of ``gm``'s placeholders: ``compile_fx``
+    would take those (fake tensors of the capture's own fake mode) for the
+    inputs of an exported graph."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.pop("val", None) for n in placeholders]
+    try:
+        yield
+    finally:
+        for node, value in zip(placeholders, values):
+            if value is not None:
+                node.meta["val"] = value
+
+
+def _compile_with_inductor(gm: torch.fx.GraphModule,
+                           tensors: Sequence[torch.Tensor]) -> Callable:
+    """Inductor's compiled form of ``gm`` for inputs like ``tensors``.
+
+    It gets what ``torch.compile`` would give it: static fake inputs of one
+    fake mode with a shape environment (without one, inductor's and
+    AOTAutograd's caches stand aside: every run compiles afresh), inside a
+    tracing context that makes that mode the one both use."""
     global _compilations
     _compilations += 1
     from torch._inductor.compile_fx import compile_fx
     options = {}
-    if all(t.device.type == "cpu" for t in example_inputs
-           if isinstance(t, torch.Tensor)):
+    if all(t.device.type == "cpu" for t in tensors):
         from ._cpu_inductor import compile_fx_options
         options = compile_fx_options()
         # Before compile_fx: on a cache hit, loading the cached kernels
         # already needs inductor's ISA list.
         wait_for_vec_isa_probe()
-    return compile_fx(gm, example_inputs, **options)
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
+    with tracing(TracingContext(fake_mode)), _without_placeholder_values(gm):
+        return compile_fx(gm, fakes, **options)
+
+
+def _variant(tensors: Sequence[torch.Tensor]) -> Hashable:
+    """What a compiled form is specific to, besides the shapes and strides
+    that the executor keeps fixed."""
+    return (torch.is_grad_enabled(),
+            tuple((t.dtype, t.requires_grad) for t in tensors))
 
 
 class Executable:
@@ -66,24 +118,18 @@ class Executable:
         self.backend = backend
         self.graph_module = graph_module
         self.compilations = 0
-        if backend == "compile":
-            # The graph module itself, not a shared wrapper method: dynamo
-            # caches per code object, and every GraphModule has its own
-            # forward, so each model compiles once however many a process
-            # builds (a shared method hit dynamo's recompile limit at 8).
-            self._fn: Callable = torch.compile(
-                graph_module, backend=_counting_inductor, dynamic=False,
-                fullgraph=True)
-        else:
-            self._fn = graph_module
+        self._compiled: Dict[Hashable, Callable] = {}
 
     def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """The graph's outputs, as a list, for ``tensors`` (parameters,
         buffers, then inputs). The ``compile`` backend compiles on the first
         call."""
-        if self.backend == "compile":
-            before = _compilations
-            out = self._fn(*tensors)
-            self.compilations += _compilations - before
-            return list(out)
-        return list(self._fn(*tensors))
+        if self.backend == "interpret":
+            return list(self.graph_module(*tensors))
+        variant = _variant(tensors)
+        compiled = self._compiled.get(variant)
+        if compiled is None:
+            compiled = _compile_with_inductor(self.graph_module, tensors)
+            self._compiled[variant] = compiled
+            self.compilations += 1
+        return list(compiled(*tensors))

@@ -9,8 +9,8 @@ that list. Two changes take most of it off the critical path:
 
 * **Early.** Nothing in the check depends on the model, so the ``compile``
   backend starts it in a background thread when a CPU model is wrapped
-  (:func:`start_vec_isa_probe`); the first call's tracing and dynamo run
-  in parallel with it.
+  (:func:`start_vec_isa_probe`); the first call's tracing runs in
+  parallel with it.
 * **Only the ISA inductor will use.** The thread runs inductor's own
   build-and-load check (``bool(isa)``) for the first ISA the CPU reports.
   When that passes, :func:`wait_for_vec_isa_probe` (called just before
