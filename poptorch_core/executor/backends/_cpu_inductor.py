@@ -50,7 +50,8 @@ first step, whose compilation a user waits for:
   costs more than it saves.
 
 Measured on a first run on a machine (nothing cached), 2 cores: 29 s to
-the first result with inductor's defaults, 20-24 s with these.
+the first result with inductor's defaults, 20-24 s with these; with the
+two builds in the background as well (``_background_builds``), 18-19 s.
 
 All these choices live in this file, whose hash is the pass's cache key: a
 change to any of them compiles afresh instead of reusing inductor's cache.

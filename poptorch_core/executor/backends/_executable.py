@@ -85,15 +85,19 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     _compilations += 1
     from torch._inductor.compile_fx import compile_fx
     options = {}
+    builds: contextlib.AbstractContextManager = contextlib.nullcontext()
     if all(t.device.type == "cpu" for t in tensors):
+        from ._background_builds import background_cpp_builds
         from ._cpu_inductor import compile_fx_options
         options = compile_fx_options()
+        builds = background_cpp_builds()
         # Before compile_fx: on a cache hit, loading the cached kernels
         # already needs inductor's ISA list.
         wait_for_vec_isa_probe()
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
-    with tracing(TracingContext(fake_mode)), _without_placeholder_values(gm):
+    with tracing(TracingContext(fake_mode)), \
+            _without_placeholder_values(gm), builds:
         return compile_fx(gm, fakes, **options)
 
 
