@@ -189,5 +189,7 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
             device_state.host_params, device_state.params, param_names)
+        program.device_optimizer.fused_update = \
+            opts.Simulator.execution_backend == "compile"
     _scale_out_hook.attach(state, program)
     return program

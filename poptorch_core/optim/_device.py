@@ -93,6 +93,9 @@ class DeviceOptimizer:
         #: One PackedGroup per group while the fast path is valid (see
         #: ``_packed``'s invariant); None when it must be rebuilt.
         self._packed: Optional[List[Optional[PackedGroup]]] = None
+        #: Packed Adam and AdamW steps run as torch's fused kernel (the
+        #: ``compile`` backend: equal to the rule within float rounding).
+        self.fused_update = False
         self.update_from_host(host_optimizer)
 
     @property
@@ -164,7 +167,7 @@ class DeviceOptimizer:
             kind = self._resolved.kind
             self._packed = [PackedGroup.pack(
                 kind, [self._device_params[pid] for pid in ids],
-                [self._state[pid] for pid in ids], hp)
+                [self._state[pid] for pid in ids], hp, self.fused_update)
                 for hp, ids in self._groups]
         groups = []
         for packed, (hp, ids) in zip(self._packed, self._groups):

@@ -4,7 +4,11 @@ The IPU updates all the weights of a group in one fused operation. On the
 host the closest match is one flat buffer per quantity (weights, gradients,
 the two moments, the step counts) so that an update is a handful of kernels
 over the whole group rather than a handful per parameter; for a small GNN
-that is the difference between about 1 ms and 0.1 ms per step.
+that is the difference between about 1 ms and 0.1 ms per step. With
+``fused=True`` (the ``compile`` backend) Adam and AdamW take one more step
+in that direction: torch's fused kernel makes one pass over the buffers
+instead of eight (a compiled NCI training epoch about 4% faster), equal to
+the rule within float rounding rather than bit for bit.
 
 Invariant: while a :class:`PackedGroup` is alive, every parameter of the
 group that required gradients when it was packed, and each of its
@@ -47,6 +51,12 @@ __all__: list = []
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 
+#: The kinds whose rule one of torch's fused kernels computes in a single
+#: pass (bias-corrected Adam with L2 weight decay, AdamW with decoupled
+#: weight decay), for groups packed with ``fused=True``.
+_FUSED_KERNELS = {_OptimizerType.ADAM: torch._fused_adam_,
+                  _OptimizerType.ADAMW: torch._fused_adamw_}
+
 
 def _packable(kind: _OptimizerType, params: Sequence[torch.Tensor],
               states: Sequence[State], hp: HyperParams) -> bool:
@@ -81,8 +91,13 @@ class PackedGroup:
     gradient."""
 
     def __init__(self, kind: _OptimizerType, params: List[torch.Tensor],
-                 states: List[State], frozen: List[torch.Tensor]):
+                 states: List[State], frozen: List[torch.Tensor],
+                 fused: bool = False):
         self.kind = kind
+        #: Run the update as torch's fused kernel where one computes this
+        #: kind's rule: one pass over the buffers instead of eight, equal
+        #: to the rule within float rounding (not bit for bit).
+        self.fused = fused and kind in _FUSED_KERNELS
         self.params = params
         self.frozen = frozen
         with torch.no_grad():
@@ -107,7 +122,7 @@ class PackedGroup:
 
     @classmethod
     def pack(cls, kind: _OptimizerType, params: List[torch.Tensor],
-             states: List[State], hp: HyperParams
+             states: List[State], hp: HyperParams, fused: bool = False
              ) -> Optional["PackedGroup"]:
         """Packs the group's trainable parameters, or returns None
         (changing nothing) when it needs the per-parameter path: not
@@ -119,7 +134,7 @@ class PackedGroup:
             return None
         return cls(kind, [params[i] for i in trainable],
                    [states[i] for i in trainable],
-                   [p for p in params if not p.requires_grad])
+                   [p for p in params if not p.requires_grad], fused)
 
     def has_exactly_its_grads(self) -> bool:
         """Whether this step's gradients are those of the packed
@@ -138,7 +153,16 @@ class PackedGroup:
         with torch.no_grad():
             self.steps.add_(1)
             self.step_count += 1
-            adam_multi_tensor(self.kind, [self.param], [self.grad],
-                              [self.moments["exp_avg"]],
-                              [self.moments["exp_avg_sq"]], hp,
-                              self.step_count)
+            moments = [self.moments["exp_avg"]], [self.moments["exp_avg_sq"]]
+            if self.fused:
+                beta1, beta2 = hp["betas"]
+                # The kernel reads the step count (already advanced) from
+                # one step tensor per parameter tensor: here the first.
+                _FUSED_KERNELS[self.kind](
+                    [self.param], [self.grad], *moments, [], [self.steps[0]],
+                    lr=hp["lr"], beta1=beta1, beta2=beta2,
+                    weight_decay=hp["weight_decay"], eps=hp["eps"],
+                    amsgrad=False, maximize=False)
+                return
+            adam_multi_tensor(self.kind, [self.param], [self.grad], *moments,
+                              hp, self.step_count)

@@ -211,3 +211,20 @@ def test_a_second_process_reuses_the_compiled_graph(tmp_path):
     assert first["inductor"].get("fxgraph_cache_miss") == 2
     assert second["aot_autograd"].get("autograd_cache_hit") == 1
     assert "autograd_cache_bypass" not in second["aot_autograd"]
+
+
+@pytest.mark.parametrize("backend", ["interpret", "compile"])
+def test_only_the_compile_backend_fuses_the_optimizer_step(backend):
+    """``compile`` runs packed Adam steps as torch's fused kernel (equal
+    within float rounding, checked in test_optim_packed and against eager
+    training above); ``interpret`` keeps the rule op for op."""
+    model = MLP()
+    opts = poptorch.Options()
+    opts.Simulator.backend(backend)
+    ipu = poptorch.trainingModel(
+        model, opts, torch.optim.Adam(model.parameters(), lr=0.01))
+    ipu(torch.randn(8, 4), torch.randn(8, 3))
+    optimizer = ipu._state.program.device_optimizer
+    assert optimizer.fused_update == (backend == "compile")
+    assert all(group.fused == (backend == "compile")
+               for group in optimizer._packed)
