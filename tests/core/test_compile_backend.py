@@ -7,8 +7,10 @@ import sys
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
+from poptorch_core.executor.backends._executable import Executable
 from ._eager import train_call
 from ._models import GIN, MLP, graph_batch
 
@@ -132,8 +134,6 @@ def test_inputs_of_other_strides_raise_instead_of_being_misread():
     executor feeds it contiguous micro-batches); inductor's size and stride
     checks stay on, so another layout raises rather than being read as
     if it had the first one."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from poptorch_core.executor.backends._executable import Executable
 
     def scale_and_add(a, b):
         return (a * 2 + b,)
@@ -150,8 +150,6 @@ def test_another_dtype_or_grad_mode_compiles_another_form():
     """What dynamo's guards used to catch: inputs of another dtype, or a
     call in another grad mode, get a form compiled for them (once each),
     never kernels built for the first."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from poptorch_core.executor.backends._executable import Executable
 
     def lookup(table, index):
         return (table.index_select(0, index.to(torch.int64)) * 2,)
