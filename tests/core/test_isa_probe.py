@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -87,6 +88,33 @@ def test_a_failed_check_leaves_the_list_to_inductor(monkeypatch):
     _isa_probe.wait_for_vec_isa_probe()
     assert _isa_probe._checked_isa is None
     assert calls == []  # not made here, so inductor makes (and checks) it
+
+
+def test_inductor_s_first_request_for_its_list_waits_for_the_probe(
+        monkeypatch):
+    from torch._inductor import cpu_vec_isa
+    monkeypatch.setattr(_isa_probe, "_probe", None)
+    monkeypatch.setattr(_isa_probe, "_checked_isa", None)
+    release, order = threading.Event(), []
+
+    def slow_check():
+        release.wait(timeout=60)
+        order.append("probe")
+
+    def inductor_list():
+        order.append("list")
+        return []
+
+    monkeypatch.setattr(_isa_probe, "_check_vec_isa", slow_check)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", inductor_list)
+    _isa_probe.start_vec_isa_probe()
+    timer = threading.Timer(0.2, release.set)
+    timer.start()
+    assert cpu_vec_isa.pick_vec_isa() is cpu_vec_isa.invalid_vec_isa
+    timer.join()
+    assert order == ["probe", "list"]
+    # Inductor's own function is back once the list is settled.
+    assert cpu_vec_isa.valid_vec_isa_list is inductor_list
 
 
 def test_waiting_without_a_probe_does_nothing(monkeypatch):

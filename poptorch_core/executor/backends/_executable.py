@@ -34,7 +34,7 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from ._isa_probe import start_vec_isa_probe, wait_for_vec_isa_probe
+from ._isa_probe import start_vec_isa_probe
 
 __all__ = ["BACKENDS", "compilation_count", "prepare_backend"]
 
@@ -91,9 +91,8 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
         from ._cpu_inductor import compile_fx_options
         options = compile_fx_options()
         builds = background_cpp_builds()
-        # Before compile_fx: on a cache hit, loading the cached kernels
-        # already needs inductor's ISA list.
-        wait_for_vec_isa_probe()
+        # No wait for the ISA probe here: inductor's first request for its
+        # ISA list waits for it (``_isa_probe``).
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
     with tracing(TracingContext(fake_mode)), \

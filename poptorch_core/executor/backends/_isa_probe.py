@@ -11,18 +11,27 @@ that list. Two changes take most of it off the critical path:
   backend starts it in a background thread when a CPU model is wrapped
   (:func:`start_vec_isa_probe`); the first call's tracing runs in
   parallel with it.
+* **Waited for only when needed.** While a probe is pending, inductor's
+  ``valid_vec_isa_list`` (which ``pick_vec_isa`` calls) first waits for
+  it (:func:`wait_for_vec_isa_probe`), so AOTAutograd's tracing and
+  partitioning of a first compilation also run in parallel with the
+  check: inductor first asks for its ISA when it generates the first
+  kernel (on a cache hit, when it loads the cached ones). The wrapper
+  puts inductor's own function back once the list is settled.
 * **Only the ISA inductor will use.** The thread runs inductor's own
   build-and-load check (``bool(isa)``) for the first ISA the CPU reports.
-  When that passes, :func:`wait_for_vec_isa_probe` (called just before
-  ``compile_fx``, whose cache lookup already needs the list) fills
-  inductor's ISA list with the ISAs the CPU reports, without building the
-  lower ones: inductor takes the first, which was checked. When it fails,
-  or when the user chose the ISA (``ATEN_CPU_CAPABILITY``,
-  ``cpp.simdlen``, ``cpp.vec_isa_ok``), or the platform is not x86-64
-  Linux, inductor's full check runs as before.
+  When that passes, :func:`wait_for_vec_isa_probe` fills inductor's ISA
+  list with the ISAs the CPU reports, without building the lower ones:
+  inductor takes the first, which was checked. When it fails, or when the
+  user chose the ISA (``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``,
+  ``cpp.vec_isa_ok``), or the platform is not x86-64 Linux, inductor's
+  full check runs as before.
 
-Measured on 2 cores: a first run's check went from 6-9 s on the critical
-path to about 2 s of waiting, and a warm start's from about 1.5 s to none.
+Measured on 2 cores, NCI GINE training step, nothing cached: a first run's
+check went from 6-9 s on the critical path to about 3.8 s of waiting when
+the wait came before ``compile_fx``, and to about 1.2 s with the wait at
+the first kernel (first step 17.6 s before, 13.0 s after, in one pair of
+runs); a warm start's from about 1.5 s to none.
 
 Invariants:
 
@@ -31,9 +40,10 @@ Invariants:
 * At most one probe thread per process. Waiting when none was started is
   a no-op, and a probe that fails is silent here: inductor runs the full
   check when it needs the answer and reports what goes wrong there.
-* Inductor's configuration is only changed on the thread that compiles,
-  inside :func:`wait_for_vec_isa_probe`, and restored before it returns, so
-  the compilation's cache key is the same with and without this module.
+* Inductor's configuration is only changed inside
+  :func:`wait_for_vec_isa_probe`, by one thread at a time, and restored
+  before it returns, so the compilation's cache key is the same with and
+  without this module.
 """
 import os
 import platform
@@ -44,6 +54,8 @@ from typing import Any, Optional
 __all__ = ["start_vec_isa_probe", "wait_for_vec_isa_probe"]
 
 _lock = threading.Lock()
+#: One thread at a time fills inductor's list (under a config patch).
+_fill_lock = threading.Lock()
 _probe: Optional[threading.Thread] = None
 #: The ISA inductor will pick, once it has passed inductor's check.
 _checked_isa: Any = None
@@ -77,7 +89,8 @@ def _check_vec_isa() -> None:
 
 
 def start_vec_isa_probe() -> None:
-    """Starts the ISA check in a daemon thread, once per process.
+    """Starts the ISA check in a daemon thread, once per process, and makes
+    inductor's first request for its ISA list wait for it.
 
     Example::
 
@@ -89,7 +102,39 @@ def start_vec_isa_probe() -> None:
         if _probe is None:
             _probe = threading.Thread(target=_check_vec_isa, daemon=True,
                                       name="poptorch-vec-isa-probe")
+            _wait_on_first_request()
             _probe.start()
+
+
+def _inductor_list() -> Any:
+    """Inductor's own ``valid_vec_isa_list`` (cached per process)."""
+    from torch._inductor import cpu_vec_isa
+    current = cpu_vec_isa.valid_vec_isa_list
+    return getattr(current, "_poptorch_inductor_list", current)
+
+
+def _wait_on_first_request() -> None:
+    """Puts a wrapper in place of inductor's ``valid_vec_isa_list`` that
+    waits for the probe first; the wrapper keeps the cache's
+    ``cache_info``/``cache_clear``."""
+    from torch._inductor import cpu_vec_isa
+    inductor_list = _inductor_list()
+
+    def valid_vec_isa_list_after_probe() -> Any:
+        wait_for_vec_isa_probe()
+        return inductor_list()
+
+    wrapper: Any = valid_vec_isa_list_after_probe
+    wrapper._poptorch_inductor_list = inductor_list
+    for name in ("cache_info", "cache_clear"):
+        if hasattr(inductor_list, name):
+            setattr(wrapper, name, getattr(inductor_list, name))
+    cpu_vec_isa.valid_vec_isa_list = wrapper
+
+
+def _restore_inductor_list() -> None:
+    from torch._inductor import cpu_vec_isa
+    cpu_vec_isa.valid_vec_isa_list = _inductor_list()
 
 
 def wait_for_vec_isa_probe() -> None:
@@ -101,15 +146,22 @@ def wait_for_vec_isa_probe() -> None:
     if probe is None or probe is threading.current_thread():
         return
     probe.join()
+    with _fill_lock:
+        _settle_inductor_list()
+        _restore_inductor_list()
+
+
+def _settle_inductor_list() -> None:
     if _checked_isa is None:
         return
-    from torch._inductor import config, cpu_vec_isa
-    if cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+    from torch._inductor import config
+    inductor_list = _inductor_list()
+    if inductor_list.cache_info().currsize:
         return  # inductor has already made its list
     # Every ISA counts as passing while the list is made (cached for the
     # process): the first, the one inductor uses, passed above.
     with config.patch({"cpp.vec_isa_ok": True}):
-        isas = cpu_vec_isa.valid_vec_isa_list()
+        isas = inductor_list()
     if not isas or isas[0] is not _checked_isa:
         # Not the ISA that was checked: make inductor check them all.
-        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        inductor_list.cache_clear()
