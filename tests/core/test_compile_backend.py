@@ -91,6 +91,24 @@ def test_compiled_inference_matches_eager():
     assert ipu.compilations() == 1
 
 
+def test_a_cast_to_half_inside_a_fused_kernel_still_rounds():
+    """Inductor by default drops a float16 down-cast followed by an up-cast
+    within one kernel; eagerly (and on the IPU) the cast rounds."""
+    class Model(torch.nn.Module):
+        def forward(self, x, index):
+            out = torch.zeros(3, 2)
+            return out.index_add_(0, index, x.half()) + x[:3].half()
+
+    x = torch.randn(4, 2, generator=torch.Generator().manual_seed(0))
+    index = torch.tensor([0, 2, 2, 1])
+    opts = poptorch.Options()
+    opts.Simulator.backend("compile")
+    out = poptorch.inferenceModel(Model(), opts)(x, index)
+    rounded = x.half().float()
+    expected = torch.zeros(3, 2).index_add_(0, index, rounded) + rounded[:3]
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
 def test_each_model_compiles_once_however_many_a_process_builds():
     for _ in range(4):
         model = MLP()
