@@ -120,9 +120,11 @@ def long_tailed_graphs(count: int = 4000, seed: int = 0) -> List[Data]:
             for n, r in zip(nodes, edges_per_node)]
 
 
-def _sampler_seconds_per_batch(loader, repeats: int = 3) -> float:
+def _sampler_seconds_per_batch(loader, repeats: int = 15) -> float:
     """Median time the loader's packing sampler takes per batch (sizes are
-    read from the dataset once, before timing)."""
+    read from the dataset once, before timing). An epoch of sampling takes
+    about a millisecond, so one hiccup of a busy machine moves a median of
+    a few epochs: 15 keep it steady at little cost."""
     sampler = loader.batch_sampler
     batches = len(list(sampler))
     times = []
