@@ -355,8 +355,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a smaller run that finishes in under a minute")
-    parser.add_argument("--epochs", type=int, default=5,
-                        help="measured training epochs per setup")
+    parser.add_argument("--epochs", type=int, default=9,
+                        help="measured training epochs per setup (rounds "
+                             "of paired ratios: on a busy 2-core machine "
+                             "single rounds ranged 1.36-1.82x for one "
+                             "setup, so a median needs several)")
     parser.add_argument("--limit", type=int, default=None,
                         help="use only the first N molecules")
     parser.add_argument("--hidden", type=int, default=64)
