@@ -6,7 +6,10 @@ fit, wasting whatever room is left. Here each batch starts with the oldest
 graph not yet packed and takes the following graphs while they fit (PopTorch's
 rule); then, while graph slots are free, it adds the graph of the window that
 fills the remaining node and edge room most evenly (the largest
-``min(nodes / node room, edges / edge room)``; the earliest on ties). The
+``min(nodes / node room, edges / edge room)``; the earliest on ties), among
+those that fit the room the greedy prefix left (a graph without edges gives
+back its padding edge, but graphs that did not fit are not looked at
+again). The
 padding-room rule holds throughout: a batch of ``c`` graphs keeps one node and
 one edge for each of its ``max_graphs - c`` free slots.
 
@@ -14,7 +17,10 @@ Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at
 least ``max_graphs``) graphs still waiting, so a graph overtakes fewer than
 ``lookahead`` waiting graphs; the result depends only on the order and the
-sizes (no randomness).
+sizes (no randomness). Each batch costs O(``lookahead``) work, whatever
+the dataset's length (re-slicing the list of waiting graphs per batch made
+an epoch of a million graphs quadratic: 0.5 ms per batch instead of
+0.03 ms).
 
 Example (room for 2 graphs and 9 nodes; sizes 5, 5, 4, 4 in that order)::
 
@@ -75,18 +81,26 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
     nodes, edges = nodes - 1, edges - 1
     width = max(lookahead, max_graphs)
-    pending = np.arange(len(nodes))  # positions not packed yet, in order
-    while pending.size:
-        head = pending[:max_graphs]
+    total = len(nodes)
+    # The positions not packed yet, in order, are ``carry`` (passed over by
+    # earlier batches: fewer than ``width``) then ``cursor`` onwards. Each
+    # batch touches only its window, so an epoch costs O(batches x width),
+    # however long the dataset.
+    carry = np.empty(0, dtype=np.int64)
+    cursor = 0
+    while carry.size or cursor < total:
+        fresh = min(cursor + width - carry.size, total)
+        window = np.concatenate((carry, np.arange(cursor, fresh)))
+        cursor = fresh
+        head = window[:max_graphs]
         node_sums, edge_sums = nodes[head].cumsum(), edges[head].cumsum()
         # The greedy prefix ends at the first graph that overflows either
         # room (a graph without edges has size -1 here, so sums can fall
         # again later: only the first overflow counts, as in PopTorch).
         fits = (node_sums <= node_room) & (edge_sums <= edge_room)
         count = fits.size if fits.all() else int(fits.argmin())
-        window = pending[:width]
         if not lookahead or count == max_graphs or window.size == count:
-            pending = pending[count:]
+            carry = window[count:]
             yield head[:count]
             continue
         rest = window[count:]
@@ -97,5 +111,5 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         taken = np.zeros(window.size, dtype=bool)
         taken[:count] = True
         taken[np.asarray(extra, dtype=np.int64) + count] = True
-        pending = np.concatenate((window[~taken], pending[width:]))
+        carry = window[~taken]
         yield window[taken]

@@ -34,6 +34,45 @@ def _greedy_reference(nodes, edges, max_graphs, max_nodes, max_edges):
     return batches + [batch]
 
 
+def _best_fit_reference(nodes, edges, max_graphs, max_nodes, max_edges,
+                        lookahead):
+    """The rule ``_best_fit`` documents, one graph at a time over a list of
+    waiting graphs: the greedy prefix in order, then top-ups from the
+    window by the largest ``min(nodes / node room, edges / edge room)``
+    (sizes and rooms counted minus one per graph: the padding room), the
+    earliest on ties."""
+    node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
+    waiting, batches = list(range(len(nodes))), []
+    while waiting:
+        window = waiting[:max(lookahead, max_graphs)]
+        batch, n, e = [], 0, 0
+        for p in window[:max_graphs]:
+            if n + nodes[p] - 1 > node_room or e + edges[p] - 1 > edge_room:
+                break
+            batch, n, e = batch + [p], n + nodes[p] - 1, e + edges[p] - 1
+        # Candidates: the window's other graphs that fit the room the
+        # prefix leaves (one without edges, size -1, can widen the room
+        # again; a graph that did not fit is not reconsidered).
+        candidates = [p for p in window if p not in batch and
+                      nodes[p] - 1 <= node_room - n and
+                      edges[p] - 1 <= edge_room - e]
+        while lookahead and len(batch) < max_graphs:
+            rn, re = node_room - n, edge_room - e
+            candidates = [p for p in candidates
+                          if nodes[p] - 1 <= rn and edges[p] - 1 <= re]
+            if not candidates:
+                break
+            scores = [(min((nodes[p] - 1) * (1.0 / max(rn, 1)),
+                           (edges[p] - 1) * (1.0 / max(re, 1))), -i, p)
+                      for i, p in enumerate(candidates)]
+            p = max(scores)[2]
+            candidates.remove(p)
+            batch, n, e = batch + [p], n + nodes[p] - 1, e + edges[p] - 1
+        batches.append(sorted(batch))
+        waiting = [p for p in waiting if p not in batch]
+    return batches
+
+
 sizes_strategy = st.lists(st.tuples(st.integers(1, 12), st.integers(0, 20)),
                           min_size=1, max_size=60)
 
@@ -65,6 +104,8 @@ def test_every_graph_once_rule_kept_order_bounded(sizes, max_graphs,
         assert batch[0] == pending[0]
         assert set(batch) <= set(pending[:max(lookahead, max_graphs)])
         pending = [p for p in pending if p not in batch]
+    assert batches == _best_fit_reference(nodes, edges, max_graphs,
+                                          max_nodes, max_edges, lookahead)
     if lookahead == 0:
         assert batches == _greedy_reference(nodes, edges, max_graphs,
                                             max_nodes, max_edges)
