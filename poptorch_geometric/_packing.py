@@ -14,7 +14,7 @@ Example (sizes 3, 5, 2, 4, 6, 1, 3 nodes, 3 graphs and 9 nodes per batch)::
     4
 """
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,21 +40,31 @@ class _Sizes:
             if shuffle else [np.arange(nodes.size)]
         self.orders = [(nodes[o], edges[o]) for o in orders]
         self.lookahead = lookahead
+        #: Exact answers by budgets: the search asks again for budgets it
+        #: has checked (each batch count's final budget, and budgets that
+        #: neighbouring counts' bisections share).
+        self._exact: Dict[Tuple[int, int, int], Optional[int]] = {}
 
     def batches(self, max_graphs: int, max_nodes: int, max_edges: int,
                 stop_after: Optional[int] = None) -> Optional[int]:
         """The most batches any of the orders needs (None: a graph fits
-        no batch). Counting may stop once past ``stop_after``."""
-        most = 0
+        no batch). Counting may stop once past ``stop_after`` (the answer
+        is then only known to be larger)."""
+        key = (max_graphs, max_nodes, max_edges)
+        if key in self._exact:
+            return self._exact[key]
+        most: Optional[int] = 0
         for n, e in self.orders:
             count = count_packed_batches(n, e, max_graphs, max_nodes,
                                          max_edges, self.lookahead,
                                          stop_after)
             if count is None:
-                return None
+                most = None
+                break
             most = max(most, count)
             if stop_after is not None and most > stop_after:
-                break
+                return most
+        self._exact[key] = most
         return most
 
 
@@ -105,6 +115,19 @@ def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
         start += taken
         batches += 1
     return batches
+
+
+#: Seconds a budget search runs before it shows a progress bar (searches on
+#: tens of thousands of graphs take 10-30 s).
+PROGRESS_DELAY_S = 2.0
+
+
+def _progress(candidates: range, desc: str) -> Iterable[int]:
+    """``candidates`` behind a tqdm bar that appears only once the search
+    has taken :data:`PROGRESS_DELAY_S` seconds, and goes when it ends."""
+    from tqdm.auto import tqdm
+    return tqdm(candidates, desc=desc, delay=PROGRESS_DELAY_S, leave=False,
+                unit="candidate")
 
 
 def _edge_budget(num_nodes: int, ratio: float, min_edges: int) -> int:
@@ -200,7 +223,8 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
     fewest = math.ceil(n.size / (num_graphs - 1))
     step = max(1, fewest // 64)  # every B for small datasets
     best, known_fit = None, None
-    for batches in range(fewest, 2 * fewest + 1, step):
+    for batches in _progress(range(fewest, 2 * fewest + 1, step),
+                             "Packing budgets (batch counts)"):
         candidate = _tightest_budgets(n, e, sizes, num_graphs, ratio, batches,
                                       known_fit)
         # A budget that fits B batches fits B + 1 as well.
@@ -235,7 +259,8 @@ def batch_size_budget(nodes: Sequence[int], edges: Sequence[int],
     first = math.ceil(n.size / batches) + 1
     step = max(1, batch_size // 32)
     best, since_best, patience = None, 0, 8
-    for num_graphs in range(first, 2 * batch_size + 2, step):
+    for num_graphs in _progress(range(first, 2 * batch_size + 2, step),
+                                "Packing budgets (graph slots)"):
         candidate = _tightest_budgets(n, e, sizes, num_graphs, ratio, batches)
         if best is None or candidate[0] > best[0]:
             best, since_best = (*candidate, num_graphs), 0

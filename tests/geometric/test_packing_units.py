@@ -237,3 +237,41 @@ def test_count_stopped_early_is_still_a_count(lookahead):
     assert sizes.batches(2, 7, 4) == full
     stopped = sizes.batches(2, 7, 4, stop_after=3)
     assert stopped is not None and 3 < stopped <= full
+
+
+def test_the_budget_search_packs_each_budget_once(monkeypatch):
+    """Budgets checked to the end are remembered; a count stopped early is
+    not taken for the whole one."""
+    import poptorch_geometric._packing as packing
+    nodes, edges = np.full(10, 5), np.full(10, 1)  # one graph per batch
+    sizes = _Sizes(nodes, edges, 0, shuffle=True)
+    passes = []
+    real = packing.count_packed_batches
+
+    def counted(*args, **kwargs):
+        passes.append(args[2:5])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(packing, "count_packed_batches", counted)
+    stopped = sizes.batches(2, 7, 4, stop_after=3)
+    assert stopped is not None and 3 < stopped <= 10
+    assert sizes.batches(2, 7, 4) == 10  # counted again, to the end
+    checked = len(passes)
+    assert sizes.batches(2, 7, 4) == 10
+    assert sizes.batches(2, 7, 4, stop_after=3) == 10
+    assert len(passes) == checked
+
+
+def test_a_long_budget_search_shows_progress(monkeypatch, capsys):
+    import poptorch_geometric._packing as packing
+    ds = _dataset([5, 3, 7, 2, 4, 6, 1, 2], [4, 2, 6, 0, 3, 5, 0, 1])
+    monkeypatch.setattr(packing, "PROGRESS_DELAY_S", 0.0)
+    FixedSizeOptions.for_packing(ds, 3, shuffle=False)
+    FixedSizeOptions.for_batch_size(ds, 2, shuffle=False)
+    err = capsys.readouterr().err
+    assert "Packing budgets (batch counts)" in err
+    assert "Packing budgets (graph slots)" in err
+    # A quick search (the default delay) shows nothing.
+    monkeypatch.setattr(packing, "PROGRESS_DELAY_S", 2.0)
+    FixedSizeOptions.for_packing(ds, 3, shuffle=False)
+    assert "Packing budgets" not in capsys.readouterr().err
