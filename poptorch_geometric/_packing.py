@@ -14,7 +14,7 @@ Example (sizes 3, 5, 2, 4, 6, 1, 3 nodes, 3 graphs and 9 nodes per batch)::
     4
 """
 import math
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -122,9 +122,10 @@ def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
 PROGRESS_DELAY_S = 2.0
 
 
-def _progress(candidates: range, desc: str) -> Iterable[int]:
+def _progress(candidates: range, desc: str) -> Any:
     """``candidates`` behind a tqdm bar that appears only once the search
-    has taken :data:`PROGRESS_DELAY_S` seconds, and goes when it ends."""
+    has taken :data:`PROGRESS_DELAY_S` seconds, and goes when it ends (or
+    when the bar is used as a context manager that exits)."""
     from tqdm.auto import tqdm
     return tqdm(candidates, desc=desc, delay=PROGRESS_DELAY_S, leave=False,
                 unit="candidate")
@@ -259,13 +260,16 @@ def batch_size_budget(nodes: Sequence[int], edges: Sequence[int],
     first = math.ceil(n.size / batches) + 1
     step = max(1, batch_size // 32)
     best, since_best, patience = None, 0, 8
-    for num_graphs in _progress(range(first, 2 * batch_size + 2, step),
-                                "Packing budgets (graph slots)"):
-        candidate = _tightest_budgets(n, e, sizes, num_graphs, ratio, batches)
-        if best is None or candidate[0] > best[0]:
-            best, since_best = (*candidate, num_graphs), 0
-        else:
-            since_best += 1
-            if since_best == patience:
-                break
+    # The bar closes when the walk stops early, too.
+    with _progress(range(first, 2 * batch_size + 2, step),
+                   "Packing budgets (graph slots)") as slot_counts:
+        for num_graphs in slot_counts:
+            candidate = _tightest_budgets(n, e, sizes, num_graphs, ratio,
+                                          batches)
+            if best is None or candidate[0] > best[0]:
+                best, since_best = (*candidate, num_graphs), 0
+            else:
+                since_best += 1
+                if since_best == patience:
+                    break
     return best[3], best[1], best[2]
