@@ -51,6 +51,10 @@ def test_combined_pyg_batches_train_like_sequential_eager_steps():
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
 
     ref_batches = iter(ref_loader)
+    # The traced graph run op by op matches eager to float32 rounding; a
+    # compiled one (POPTORCH_SIM_BACKEND=compile) sums in fused kernels, in
+    # another order, and drifts by about 1e-5 over the epoch.
+    rtol = 1e-5 if opts.Simulator.execution_backend == "interpret" else 1e-4
     calls = 0
     for combined in loader:
         out, loss = ipu_model(combined)
@@ -61,14 +65,14 @@ def test_combined_pyg_batches_train_like_sequential_eager_steps():
             ref_out, ref_loss = reference(batch)
             ref_loss.backward()
             ref_opt.step()
-        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-5,
+        torch.testing.assert_close(loss, ref_loss.detach(), rtol=rtol,
                                    atol=1e-6)
-        torch.testing.assert_close(out, ref_out.detach(), rtol=1e-5,
+        torch.testing.assert_close(out, ref_out.detach(), rtol=rtol,
                                    atol=1e-6)
         calls += 1
     assert calls == len(loader) > 1
     for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(p, q, rtol=rtol, atol=1e-6)
 
 
 def test_inference_returns_pyg_batches():
