@@ -6,8 +6,9 @@ identities; ``_wide_inputs`` finds int64 inputs that may skip the int32
 round trip; ``_cpu_inductor`` holds the ``compile`` backend's CPU passes;
 ``_isa_probe`` runs inductor's CPU vector-ISA check while the first graph
 is traced; ``_background_builds`` builds the compiled C++ libraries while
-the rest of a compilation goes on; ``_host_memory`` keeps freed host memory for the next step;
-``_aliasing`` answers which graph values share memory.
+the rest of a compilation goes on; ``_host_memory`` keeps freed host
+memory for the next step; ``_aliasing`` answers which graph values share
+memory.
 """
 from ._executable import (BACKENDS, Executable, compilation_count,
                           prepare_backend)

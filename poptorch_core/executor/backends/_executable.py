@@ -93,17 +93,17 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     global _compilations
     _compilations += 1
     from torch._inductor.compile_fx import compile_fx
-    options: Dict[str, Any] = {"config_patches": dict(EAGER_NUMERICS)}
+    options: Dict[str, Any] = {}
     builds: contextlib.AbstractContextManager = contextlib.nullcontext()
     if all(t.device.type == "cpu" for t in tensors):
         from ._background_builds import background_cpp_builds
         from ._cpu_inductor import compile_fx_options
-        cpu = compile_fx_options()
-        options = {**cpu, "config_patches": {**options["config_patches"],
-                                             **cpu["config_patches"]}}
+        options = compile_fx_options()
         builds = background_cpp_builds()
         # No wait for the ISA probe here: inductor's first request for its
         # ISA list waits for it (``_isa_probe``).
+    options["config_patches"] = {**EAGER_NUMERICS,
+                                 **options.get("config_patches", {})}
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
     with tracing(TracingContext(fake_mode)), \
