@@ -28,15 +28,22 @@ print(json.dumps({"picked": picked, "first_candidate": first}))
 """
 
 _WITH_PROBE = """
-import json
+import json, threading
 from torch._inductor import cpu_vec_isa
 from poptorch_core.executor.backends import _isa_probe
+check_build, built_here = cpu_vec_isa.VecISA.check_build, []
+def counting_check_build(self, code):
+    if threading.current_thread() is threading.main_thread():
+        built_here.append(str(self))
+    return check_build(self, code)
+cpu_vec_isa.VecISA.check_build = counting_check_build
 _isa_probe.start_vec_isa_probe()
 _isa_probe.wait_for_vec_isa_probe()
 filled = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1
 print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa()),
                   "checked": str(_isa_probe._checked_isa),
-                  "filled_by_probe": filled}))
+                  "filled_by_probe": filled,
+                  "built_on_the_compiling_thread": built_here}))
 """
 
 
@@ -58,6 +65,9 @@ def test_probe_picks_the_isa_inductor_picks():
     assert probed["filled_by_probe"] == shortcut
     if shortcut:
         assert probed["checked"] == probed["picked"]
+        # Filling the list builds nothing where the first step waits for
+        # it, not even the lower ISAs' optional extras.
+        assert probed["built_on_the_compiling_thread"] == []
 
 
 def test_a_user_chosen_isa_gets_inductor_s_full_check():
@@ -66,6 +76,7 @@ def test_a_user_chosen_isa_gets_inductor_s_full_check():
     reference = _run(_REFERENCE, ATEN_CPU_CAPABILITY="default")
     probed = _run(_WITH_PROBE, ATEN_CPU_CAPABILITY="default")
     assert reference["picked"] != reference["first_candidate"]
+    del probed["built_on_the_compiling_thread"]  # inductor's full check
     assert probed == {"picked": reference["picked"], "checked": "None",
                       "filled_by_probe": False}
 

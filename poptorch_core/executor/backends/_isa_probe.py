@@ -21,8 +21,8 @@ that list. Two changes take most of it off the critical path:
 * **Only the ISA inductor will use.** The thread runs inductor's own
   build-and-load check (``bool(isa)``) for the first ISA the CPU reports.
   When that passes, :func:`wait_for_vec_isa_probe` fills inductor's ISA
-  list with the ISAs the CPU reports, without building the lower ones:
-  inductor takes the first, which was checked. When it fails, or when the
+  list with the ISAs the CPU reports, without building the lower ones or
+  their optional extras: inductor takes the first, which was checked. When it fails, or when the
   user chose the ISA (``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``,
   ``cpp.vec_isa_ok``), or the platform is not x86-64 Linux, inductor's
   full check runs as before.
@@ -45,11 +45,12 @@ Invariants:
   before it returns, so the compilation's cache key is the same with and
   without this module.
 """
+import contextlib
 import os
 import platform
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 __all__ = ["start_vec_isa_probe", "wait_for_vec_isa_probe"]
 
@@ -151,6 +152,23 @@ def wait_for_vec_isa_probe() -> None:
         _restore_inductor_list()
 
 
+@contextlib.contextmanager
+def _optional_checks_fail() -> Iterator[None]:
+    """Inductor's build checks (``VecISA.check_build``) fail without
+    building while the list is filled. Only ISAs below the checked one
+    still run them then, for optional extras: a lower ISA is never picked
+    while the checked one is in the list, which comes first for every
+    selection rule (capability name, bit width), so the answer only drops
+    extras (or an AVX-512 VNNI entry under AMX) that nothing would use."""
+    from torch._inductor import cpu_vec_isa
+    check_build = cpu_vec_isa.VecISA.check_build
+    cpu_vec_isa.VecISA.check_build = lambda self, code: False
+    try:
+        yield
+    finally:
+        cpu_vec_isa.VecISA.check_build = check_build
+
+
 def _settle_inductor_list() -> None:
     if _checked_isa is None:
         return
@@ -159,8 +177,10 @@ def _settle_inductor_list() -> None:
     if inductor_list.cache_info().currsize:
         return  # inductor has already made its list
     # Every ISA counts as passing while the list is made (cached for the
-    # process): the first, the one inductor uses, passed above.
-    with config.patch({"cpp.vec_isa_ok": True}):
+    # process): the first, the one inductor uses, passed above. The lower
+    # ones' optional extras (AVX-512 BF16, VNNI) would still be built for,
+    # about 0.3 s each on the compiling thread; they count as missing.
+    with config.patch({"cpp.vec_isa_ok": True}), _optional_checks_fail():
         isas = inductor_list()
     if not isas or isas[0] is not _checked_isa:
         # Not the ISA that was checked: make inductor check them all.
