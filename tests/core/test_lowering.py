@@ -123,3 +123,55 @@ def test_arithmetic_identities_are_dropped_only_where_safe():
         expected = model(x)
     for a, b in zip(lowered(*params, x), expected):
         torch.testing.assert_close(a, b)
+
+
+class _NoOpViews(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(6, 3)
+
+    def forward(self, features, h):
+        index = features[:, 0].reshape(-1).to(torch.int64)  # dropped twice
+        e = self.emb.weight.index_select(0, index).view(4, 3)  # dropped
+        e = e.expand(4, 3) * 2                                 # dropped
+        flat = e.view(12)                                      # kept: new shape
+        buf = torch.zeros(4, 3)
+        seen = buf.view(4, 3)                                  # kept: written
+        buf.add_(e)
+        return flat.sum() + seen.sum(), h.view(2, 2)           # kept: returned
+
+
+def test_no_op_views_and_casts_are_dropped_only_where_safe():
+    torch.manual_seed(0)
+    model = _NoOpViews()
+    features = torch.tensor([[1, 0], [5, 0], [5, 1], [0, 2]])
+    h = torch.randn(2, 2)
+    captured = capture_module(model, (features, h), {}, training=False,
+                              device=torch.device("cpu"))
+    lowered = lower_for_host(captured.graph_module)
+
+    def views(graph_module):
+        return [str(n.target) for n in graph_module.graph.nodes
+                if n.op == "call_function" and str(n.target) in (
+                    "aten.view.default", "aten.reshape.default",
+                    "aten.expand.default", "aten.to.dtype")]
+
+    assert sorted(views(captured.graph_module)) == sorted(
+        ["aten.reshape.default", "aten.to.dtype"] +
+        ["aten.view.default"] * 4 + ["aten.expand.default"])
+    assert sorted(views(lowered)) == ["aten.view.default"] * 3
+    # Same values, and the same gradients through the dropped view and
+    # expand of the embedding rows.
+    weight = model.emb.weight.detach().clone().requires_grad_()
+    results = []
+    for graph_module in (captured.graph_module, lowered):
+        w = weight.detach().clone().requires_grad_()
+        total, out = graph_module(w, features, h)
+        total.backward()
+        results.append((total.detach(), out, w.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        expected = model(features, h)
+    for a, b in zip(results[1][:2], expected):
+        torch.testing.assert_close(a, b)

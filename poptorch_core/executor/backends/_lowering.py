@@ -22,6 +22,16 @@ full pass over the tensor, forward and backward, for nothing. An identity
 is kept when dropping it could make a value alias another one that is
 written in place, or alias a graph input or output.
 
+It drops no-op views and casts too: ``view``/``reshape``/``expand`` to the
+shape ``x`` has and ``to(dtype)`` to the dtype it has, which return ``x``
+itself or a view of it with the same dtype, shape and strides. Embeddings
+and PyG's message passing leave several dozen of them in a GNN's graph
+(``features[:, i].reshape(-1).to(torch.long)`` for an index that is
+already int64, a ``view`` of a gather to its own shape), each a dispatch
+and, on tensors that need gradients, a node of the backward pass. Since
+the value aliases ``x`` already, dropping one adds no aliasing; it is kept
+when ``x``'s memory is written in place, or when the view is returned.
+
 Example::
 
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -86,10 +96,51 @@ def _identity_input(node: torch.fx.Node, written: set
     return x
 
 
+#: Ops that return their input, or a view of it, with the requested shape
+#: or dtype.
+_SHAPE_OR_DTYPE_VIEWS = (_aten.view.default, _aten.reshape.default,
+                         _aten.expand.default, _aten.to.dtype)
+
+
+def _no_op_view_input(node: torch.fx.Node, written: set
+                      ) -> Optional[torch.fx.Node]:
+    """``x`` when ``node`` views (or returns) ``x`` with ``x``'s own dtype,
+    shape and strides, and may be dropped."""
+    if node.op != "call_function" or \
+            node.target not in _SHAPE_OR_DTYPE_VIEWS or \
+            not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if node.target is _aten.to.dtype:
+        # to(x, dtype, non_blocking, copy, memory_format): only the plain
+        # form returns x itself.
+        if len(node.args) > 3 or set(node.kwargs) - {"non_blocking"}:
+            return None
+    elif len(node.args) != 2 or set(node.kwargs) - {"implicit"}:
+        return None
+    x = node.args[0]
+    out, val = node.meta.get("val"), x.meta.get("val")
+    if not isinstance(out, torch.Tensor) or \
+            not isinstance(val, torch.Tensor) or out.dtype != val.dtype or \
+            out.shape != val.shape or out.stride() != val.stride():
+        return None
+    # Values in memory that something writes in place are left alone.
+    if view_root(x) in written or \
+            any(user.op == "output" for user in node.users):
+        return None
+    return x
+
+
+def _dropped_for(node: torch.fx.Node, written: set
+                 ) -> Optional[torch.fx.Node]:
+    """The value that replaces ``node`` when it is an identity."""
+    return _identity_input(node, written) or \
+        _no_op_view_input(node, written)
+
+
 def _drop_identities(graph: torch.fx.Graph) -> None:
     written = written_roots(graph)
     for node in list(graph.nodes):
-        x = _identity_input(node, written)
+        x = _dropped_for(node, written)
         if x is not None:
             node.replace_all_uses_with(x)
             graph.erase_node(node)
@@ -100,7 +151,7 @@ def lower_for_host(graph_module: torch.fx.GraphModule
     """A copy of ``graph_module`` with the marker ops replaced and the
     arithmetic identities dropped (the original, and its graph, are not
     modified); ``graph_module`` itself when there is nothing to change."""
-    if all(_lowered_target(n) is None and _identity_input(n, set()) is None
+    if all(_lowered_target(n) is None and _dropped_for(n, set()) is None
            for n in graph_module.graph.nodes):
         return graph_module
     graph = torch.fx.Graph()
