@@ -41,6 +41,9 @@ class PyGArgsParser(poptorch.ICustomArgParser):
     @staticmethod
     def _sortedTensorKeys(struct: BaseData) -> List[str]:
         """The keys of ``struct`` holding tensors, in alphabetical order."""
+        if isinstance(struct, Data):
+            return sorted(k for k, v in struct._store._mapping.items()
+                          if isinstance(v, torch.Tensor))
         return sorted(k for k in struct.keys()
                       if isinstance(struct[k], torch.Tensor))
 
@@ -56,8 +59,11 @@ class PyGArgsParser(poptorch.ICustomArgParser):
 
     @yieldTensors.register
     def _(self, struct: Data) -> Iterator[torch.Tensor]:
+        # A Data object has one store: its mapping is what ``struct[key]``
+        # reads, without the per-key lookups.
+        mapping = struct._store._mapping
         for key in self._sortedTensorKeys(struct):
-            yield struct[key]
+            yield mapping[key]
 
     @yieldTensors.register
     def _(self, struct: HeteroData) -> Iterator[torch.Tensor]:

@@ -75,7 +75,10 @@ class CachedGraphs(Dataset):
         return graph
 
     def __getitems__(self, indices: List[int]) -> List[Any]:
-        graphs = [self[i] for i in indices]
+        cached = self._graphs
+        graphs = [cached[i] for i in indices]
+        if None in graphs:
+            graphs = [self[i] for i in indices]
         if self._storage is None:
             return graphs
         return GraphList(graphs, self._storage,

@@ -33,11 +33,19 @@ class Columns:
     along a dim (``sizes``), both cached."""
 
     def __init__(self, data_list: List[Data]) -> None:
-        self.mappings = [d._store._mapping for d in data_list]
+        self._data_list = data_list
+        self._mappings: Optional[List[Dict[str, Any]]] = None
         self._columns: Dict[str, List[Any]] = {}
         self._sizes: Dict[Tuple[str, int], List[int]] = {}
         self._plain: Dict[str, bool] = {}
         self._same_keys: Optional[bool] = None
+
+    @property
+    def mappings(self) -> List[Dict[str, Any]]:
+        """Every graph's attribute mapping (its store's ``_mapping``)."""
+        if self._mappings is None:
+            self._mappings = [d._store._mapping for d in self._data_list]
+        return self._mappings
 
     @staticmethod
     def of(data_list: List[BaseData]) -> Optional["Columns"]:
@@ -45,11 +53,12 @@ class Columns:
         ``Data`` (subclasses may batch differently). A list that knows its
         dataset storage (``storage`` and ``positions`` attributes, see
         ``_graph_cache.GraphList``) reads from that storage where it can."""
-        if set(map(type, data_list)) != {Data}:
-            return None
         storage = getattr(data_list, "storage", None)
         if storage is not None:
+            # Graphs read from a plain ``Data`` storage are plain ``Data``.
             return StorageColumns(data_list, storage, data_list.positions)
+        if set(map(type, data_list)) != {Data}:
+            return None
         return Columns(data_list)
 
     def column(self, key: str) -> List[Any]:
@@ -102,7 +111,7 @@ class Columns:
         # in store order whose key is well known (``x``, ``edge_index``...).
         # When every graph has the same keys and all candidate tensors
         # agree on their sizes, the order no longer matters.
-        first = self.mappings[0]
+        first = self._data_list[0]._store._mapping
         keys = first.keys()
         if self._same_keys is None:
             self._same_keys = all(m.keys() == keys for m in self.mappings)
@@ -152,6 +161,9 @@ class StorageColumns(Columns):
     def __init__(self, data_list: List[Data], storage: Any,
                  positions: Any) -> None:
         super().__init__(data_list)
+        # Slices of one storage have the same keys (``separate`` gives each
+        # every key the storage has slices for).
+        self._same_keys = True
         self.storage = storage
         self.positions = positions
         self._size_arrays: Dict[str, Any] = {}
@@ -181,7 +193,7 @@ class StorageColumns(Columns):
     def first(self, key: str) -> Any:
         # Every graph of a storage has every key of the storage.
         if self.storage.serves(key):
-            return self.mappings[0][key]
+            return self._data_list[0]._store._mapping[key]
         return super().first(key)
 
     def leading_sizes(self, key: str) -> Optional[List[int]]:
