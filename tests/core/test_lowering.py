@@ -134,7 +134,7 @@ class _NoOpViews(torch.nn.Module):
         index = features[:, 0].reshape(-1).to(torch.int64)  # dropped twice
         e = self.emb.weight.index_select(0, index).view(4, 3)  # dropped
         e = e.expand(4, 3) * 2                                 # dropped
-        flat = e.view(12)                                      # kept: new shape
+        flat = e.view(12)                                      # kept: reshapes
         buf = torch.zeros(4, 3)
         seen = buf.view(4, 3)                                  # kept: written
         buf.add_(e)
