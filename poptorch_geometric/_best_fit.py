@@ -9,9 +9,8 @@ fills the remaining node and edge room most evenly (the largest
 ``min(nodes / node room, edges / edge room)``; the earliest on ties), among
 those that fit the room the greedy prefix left (a graph without edges gives
 back its padding edge, but graphs that did not fit are not looked at
-again). The
-padding-room rule holds throughout: a batch of ``c`` graphs keeps one node and
-one edge for each of its ``max_graphs - c`` free slots.
+again). The padding-room rule holds throughout: a batch of ``c`` graphs
+keeps one node and one edge for each of its ``max_graphs - c`` free slots.
 
 Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at

@@ -63,6 +63,8 @@ class CachedGraphs(Dataset):
     def __init__(self, dataset: Any):
         self.dataset = dataset
         self._graphs: List[Optional[Any]] = [None] * len(dataset)
+        #: Indices not built yet (once 0, a batch is plain list lookups).
+        self._missing = len(self._graphs)
         self._storage = GraphStorage.of(dataset)
 
     def __len__(self) -> int:
@@ -72,13 +74,15 @@ class CachedGraphs(Dataset):
         graph = self._graphs[idx]
         if graph is None:
             graph = self._graphs[idx] = self.dataset[idx]
+            self._missing -= 1
         return graph
 
     def __getitems__(self, indices: List[int]) -> List[Any]:
-        cached = self._graphs
-        graphs = [cached[i] for i in indices]
-        if None in graphs:
+        if self._missing:
             graphs = [self[i] for i in indices]
+        else:
+            cached = self._graphs
+            graphs = [cached[i] for i in indices]
         if self._storage is None:
             return graphs
         return GraphList(graphs, self._storage,

@@ -41,6 +41,11 @@ class Columns:
         self._same_keys: Optional[bool] = None
 
     @property
+    def first_mapping(self) -> Dict[str, Any]:
+        """The first graph's attribute mapping."""
+        return self._data_list[0]._store._mapping
+
+    @property
     def mappings(self) -> List[Dict[str, Any]]:
         """Every graph's attribute mapping (its store's ``_mapping``)."""
         if self._mappings is None:
@@ -111,7 +116,7 @@ class Columns:
         # in store order whose key is well known (``x``, ``edge_index``...).
         # When every graph has the same keys and all candidate tensors
         # agree on their sizes, the order no longer matters.
-        first = self._data_list[0]._store._mapping
+        first = self.first_mapping
         keys = first.keys()
         if self._same_keys is None:
             self._same_keys = all(m.keys() == keys for m in self.mappings)
@@ -193,7 +198,7 @@ class StorageColumns(Columns):
     def first(self, key: str) -> Any:
         # Every graph of a storage has every key of the storage.
         if self.storage.serves(key):
-            return self._data_list[0]._store._mapping[key]
+            return self.first_mapping[key]
         return super().first(key)
 
     def leading_sizes(self, key: str) -> Optional[List[int]]:

@@ -143,6 +143,19 @@ def test_cached_graphs_fetch_batches_with_their_storage_rows():
     assert type(plain.__getitems__([0, 1])) is list
 
 
+def test_cached_graphs_hand_out_each_graph_built_once():
+    ds = Graphs(_graphs(5))
+    cached = CachedGraphs(ds)
+    first = cached.__getitems__([3, 1])          # builds two of five
+    rest = cached.__getitems__([0, 2, 4, 1])     # builds the other three
+    again = cached.__getitems__([4, 3, 2, 1, 0])  # all built: lookups only
+    assert again[1] is first[0] and again[3] is first[1]
+    assert again[0] is rest[2] and again[4] is rest[0]
+    for index, graph in zip([4, 3, 2, 1, 0], again):
+        assert torch.equal(graph.x, ds[index].x)
+        assert torch.equal(graph.edge_index, ds[index].edge_index)
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs=homogeneous_graphs(max_graphs=8), data=st.data(),
