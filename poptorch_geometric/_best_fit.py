@@ -12,6 +12,27 @@ back its padding edge, but graphs that did not fit are not looked at
 again). The padding-room rule holds throughout: a batch of ``c`` graphs
 keeps one node and one edge for each of its ``max_graphs - c`` free slots.
 
+A well-filled batch has the data's shape: its graphs' edges per node (sizes
+minus one, over the whole epoch: ``ratio``) on average. The batch's *skew*
+is its nodes minus its edges / ``ratio``: how many more nodes it holds than
+that shape would. A greedy prefix is *lopsided* when its skew passes
+:data:`LOPSIDED` of the node room, or when it takes every graph slot with
+more than that share of both rooms still free. Topping it up would leave
+the roomier side's slack unused (an edge-heavy run of graphs fills the edge
+budget with hundreds of node slots free; a run of small graphs takes every
+slot), so it is cut back to its graphs within :data:`PREFIX_SHARE` of each
+room and :data:`PREFIX_SLOTS` of the slots (at least the first), and the
+top-up's score also steers the skew back to 0: it subtracts ``BALANCE *
+|skew after the candidate| / (node room + edge room / ratio)``, the rooms
+as they are before the candidate. On a long-tailed size distribution
+(median 20 nodes, up to 800) about 60% of prefixes are lopsided, and
+balancing them takes ``FixedSizeOptions.for_packing(dataset, 128)`` from
+97.5% to 98.3% of node and edge slots (20 held-out shuffled epochs); on NCI
+about 6% are (runs of small molecules fill the slots), for 99.2% either
+way. A balancing top-up takes 10-20 steps instead of 1-3, so an epoch's
+packing costs about 3 times as much on the long-tailed sizes (30 to 90 us
+per batch, against 1 ms of collation) and a quarter more on NCI.
+
 Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at
 least ``max_graphs``) graphs still waiting, so a graph overtakes fewer than
@@ -32,7 +53,7 @@ Example (room for 2 graphs and 9 nodes; sizes 5, 5, 4, 4 in that order)::
     ...                                       10, lookahead=4)]
     [[0, 2], [1, 3]]
 """
-from typing import Iterator, List
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,26 +65,104 @@ __all__: list = []
 #: grows little with the window (the candidates are filtered once).
 DEFAULT_LOOKAHEAD = 256
 
+#: A prefix whose skew passes this share of the node room (or that takes
+#: every slot with more than this share of both rooms left) is lopsided
+#: (at 0.03-0.06 fewer are balanced, and the long-tailed sizes fill 0.2-0.5
+#: points less).
+LOPSIDED = 0.02
+#: The share of each room, and of the graph slots, a lopsided prefix keeps:
+#: the rest is the balancing top-up's to choose (0.7 and 0.9 of the rooms,
+#: or 0.95 of the slots, balance worse on the long-tailed sizes; smaller
+#: shares cost more top-up steps).
+PREFIX_SHARE = 0.85
+PREFIX_SLOTS = 0.9
+#: Weight of the skew penalty in a balancing top-up's score (3 balances
+#: less, 30 and 100 no better).
+BALANCE = 10.0
+
 
 def _top_up(nodes: np.ndarray, edges: np.ndarray, node_room: int,
-            edge_room: int, slots: int) -> List[int]:
+            edge_room: int, slots: int, ratio: float = 0.0,
+            skew: Optional[float] = None) -> List[int]:
     """Indices into ``nodes``/``edges`` (sizes minus one) chosen to fill
-    ``node_room`` and ``edge_room`` with at most ``slots`` graphs."""
+    ``node_room`` and ``edge_room`` with at most ``slots`` graphs. With a
+    ``skew`` (the batch's nodes minus its edges / ``ratio``, the data's
+    edges per node), also steering the skew towards 0."""
     chosen: List[int] = []
     index = ((nodes <= node_room) & (edges <= edge_room)).nonzero()[0]
     cand_nodes, cand_edges = nodes[index], edges[index]
+    balance = skew is not None
+    shape = cand_nodes - cand_edges / ratio if balance else None
     while index.size and len(chosen) < slots:
         score = np.minimum(cand_nodes * (1.0 / max(node_room, 1)),
                            cand_edges * (1.0 / max(edge_room, 1)))
+        if balance:
+            weight = BALANCE / max(node_room + edge_room / ratio, 1.0)
+            score -= weight * np.abs(skew + shape)
         best = int(score.argmax())
         chosen.append(int(index[best]))
         node_room -= int(cand_nodes[best])
         edge_room -= int(cand_edges[best])
         keep = (cand_nodes <= node_room) & (cand_edges <= edge_room)
         keep[best] = False
+        if balance:
+            skew += float(shape[best])
+            shape = shape[keep]
         index, cand_nodes, cand_edges = (index[keep], cand_nodes[keep],
                                          cand_edges[keep])
     return chosen
+
+
+def _greedy_length(node_sums: np.ndarray, edge_sums: np.ndarray,
+                   node_room: int, edge_room: int) -> int:
+    """How many leading graphs (running sizes minus one ``node_sums``,
+    ``edge_sums``) PopTorch's rule takes: up to the first that overflows
+    either room (a graph without edges has size -1 here, so sums can fall
+    again later: only the first overflow counts, as in PopTorch)."""
+    fits = (node_sums <= node_room) & (edge_sums <= edge_room)
+    return fits.size if fits.all() else int(fits.argmin())
+
+
+def _cut_if_lopsided(node_sums: np.ndarray, edge_sums: np.ndarray,
+                     count: int, node_room: int, edge_room: int,
+                     max_graphs: int, ratio: float
+                     ) -> Tuple[int, Optional[float]]:
+    """``(count, skew)``: the greedy prefix of ``count`` graphs (running
+    sizes minus one ``node_sums``, ``edge_sums``) as it is, skew None, or,
+    when lopsided, cut back (:func:`_balanced_length`) with its skew (nodes
+    minus edges / ``ratio``) for the balancing top-up."""
+    used_nodes = int(node_sums[count - 1])
+    used_edges = int(edge_sums[count - 1])
+    skew = (used_nodes - used_edges / ratio) / max(node_room, 1)
+    share_left = min(1 - used_nodes / max(node_room, 1),
+                     1 - used_edges / max(edge_room, 1))
+    if abs(skew) <= LOPSIDED and not (count == max_graphs and
+                                      share_left > LOPSIDED):
+        return count, None
+    count = _balanced_length(node_sums, edge_sums, node_room, edge_room,
+                             max_graphs)
+    return count, float(node_sums[count - 1] - edge_sums[count - 1] / ratio)
+
+
+def _balanced_length(node_sums: np.ndarray, edge_sums: np.ndarray,
+                     node_room: int, edge_room: int, max_graphs: int) -> int:
+    """The leading graphs a lopsided prefix is cut back to: those within
+    :data:`PREFIX_SHARE` of each room and :data:`PREFIX_SLOTS` of the slots,
+    at least the first."""
+    fits = ((node_sums <= PREFIX_SHARE * node_room) &
+            (edge_sums <= PREFIX_SHARE * edge_room))
+    fits[int(PREFIX_SLOTS * max_graphs):] = False
+    fits[0] = True
+    return fits.size if fits.all() else int(fits.argmin())
+
+
+def _edges_per_node(nodes: np.ndarray, edges: np.ndarray) -> float:
+    """The data's edges per node over all graphs (sizes minus one), the
+    shape a well-filled batch has; 0 (no balancing) when either total is
+    not positive (graphs without edges, or of one node)."""
+    node_total, edge_total = int(nodes.sum()), int(edges.sum())
+    return edge_total / node_total if node_total > 0 and edge_total > 0 \
+        else 0.0
 
 
 def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
@@ -79,6 +178,7 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     # graphs fits iff its sums of (size - 1) stay within these rooms.
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
     nodes, edges = nodes - 1, edges - 1
+    ratio = _edges_per_node(nodes, edges) if lookahead else 0.0
     width = max(lookahead, max_graphs)
     total = len(nodes)
     # The positions not packed yet, in order, are ``carry`` (passed over by
@@ -93,11 +193,12 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         cursor = fresh
         head = window[:max_graphs]
         node_sums, edge_sums = nodes[head].cumsum(), edges[head].cumsum()
-        # The greedy prefix ends at the first graph that overflows either
-        # room (a graph without edges has size -1 here, so sums can fall
-        # again later: only the first overflow counts, as in PopTorch).
-        fits = (node_sums <= node_room) & (edge_sums <= edge_room)
-        count = fits.size if fits.all() else int(fits.argmin())
+        count = _greedy_length(node_sums, edge_sums, node_room, edge_room)
+        skew = None
+        if ratio and 1 < count < window.size:
+            count, skew = _cut_if_lopsided(node_sums, edge_sums, count,
+                                           node_room, edge_room, max_graphs,
+                                           ratio)
         if not lookahead or count == max_graphs or window.size == count:
             carry = window[count:]
             yield head[:count]
@@ -106,7 +207,7 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         extra = _top_up(nodes[rest], edges[rest],
                         node_room - int(node_sums[count - 1]),
                         edge_room - int(edge_sums[count - 1]),
-                        max_graphs - count)
+                        max_graphs - count, ratio, skew)
         taken = np.zeros(window.size, dtype=bool)
         taken[:count] = True
         taken[np.asarray(extra, dtype=np.int64) + count] = True

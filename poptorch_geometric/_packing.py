@@ -22,21 +22,28 @@ from ._best_fit import DEFAULT_LOOKAHEAD, best_fit_batches
 
 __all__: list = []
 
-#: Shuffled orders (seeded) that budgets for a shuffling loader are checked
-#: against, so that an epoch in a new random order rarely needs a batch
-#: more than the budgets were chosen for (on NCI with 128-graph batches:
-#: about 1 epoch in 5 with 3 orders, 1 in 13 with 8; the search's time
-#: grows with the count).
+#: Shuffled orders (seeded) that budgets for a shuffling loader are searched
+#: with, so that an epoch in a new random order rarely needs a batch more
+#: than the budgets were chosen for (on NCI with 128-graph batches: about 1
+#: epoch in 5 with 3 orders, 1 in 13 with 8; the search's time grows with
+#: the count).
 _SHUFFLES = 6
+#: The seeded shuffles (the search's first) the chosen budgets are then
+#: raised to fit as well: the smallest budgets for 6 orders are the edge
+#: past which a random epoch needs a batch more about one time in seven
+#: (1 in 7 of 6 + 1 orders), which costs that epoch 2.5% of its slots on
+#: 40 batches; 30 make it about one in thirty, for a few tenths of a
+#: percent of budget, checked at one batch count only.
+_CONFIRM_SHUFFLES = 30
 
 
 class _Sizes:
     """Graph sizes in the orders the budgets must pack well."""
 
     def __init__(self, nodes: np.ndarray, edges: np.ndarray, lookahead: int,
-                 shuffle: bool) -> None:
+                 shuffle: bool, shuffles: int = _SHUFFLES) -> None:
         rng = np.random.default_rng(0)
-        orders = [rng.permutation(nodes.size) for _ in range(_SHUFFLES)] \
+        orders = [rng.permutation(nodes.size) for _ in range(shuffles)] \
             if shuffle else [np.arange(nodes.size)]
         self.orders = [(nodes[o], edges[o]) for o in orders]
         self.lookahead = lookahead
@@ -137,7 +144,7 @@ def _edge_budget(num_nodes: int, ratio: float, min_edges: int) -> int:
 
 def _smallest_node_budget(sizes: _Sizes, total_nodes: int, num_graphs: int,
                           ratio: float, min_nodes: int, min_edges: int,
-                          num_batches: int, high: int) -> int:
+                          num_batches: int, high: int, low: int = 0) -> int:
     """The smallest node budget (edges following by ``ratio``) that packs
     the graphs into at most ``num_batches`` batches; ``high`` must work.
 
@@ -145,7 +152,7 @@ def _smallest_node_budget(sizes: _Sizes, total_nodes: int, num_graphs: int,
     0.5% of random size lists a budget packs into fewer batches than the
     next larger one), so the answer is then a larger budget that also
     works, a little less efficient, never one that needs more batches."""
-    low = max(min_nodes, math.ceil(total_nodes / num_batches))
+    low = max(low, min_nodes, math.ceil(total_nodes / num_batches))
     while low < high:
         mid = (low + high) // 2
         count = sizes.batches(num_graphs - 1, mid - 1,
@@ -202,6 +209,36 @@ def _tightest_budgets(n: np.ndarray, e: np.ndarray, sizes: _Sizes,
     return float(efficiency), num_nodes, num_edges
 
 
+def _confirmed_budgets(n: np.ndarray, e: np.ndarray, lookahead: int,
+                       num_graphs: int, ratio: float, batches: int,
+                       num_nodes: int) -> Tuple[int, int]:
+    """``(num_nodes, num_edges)``: the node budget ``num_nodes`` (edges
+    following by ``ratio``) raised to the smallest with which all
+    :data:`_CONFIRM_SHUFFLES` seeded shuffles, the search's among them, pack
+    into at most ``batches`` batches of ``num_graphs`` slots."""
+    sizes = _Sizes(n, e, lookahead, True, _CONFIRM_SHUFFLES)
+    min_nodes = max(int(n.max()), 1) + num_graphs - 1
+    min_edges = max(int(e.max()), 1) + num_graphs - 1
+
+    def packs(nodes: int) -> bool:
+        count = sizes.batches(num_graphs - 1, nodes - 1,
+                              _edge_budget(nodes, ratio, min_edges) - 1,
+                              stop_after=batches)
+        return count is not None and count <= batches
+
+    if packs(num_nodes):
+        return num_nodes, _edge_budget(num_nodes, ratio, min_edges)
+    # ``low`` does not pack. Large enough budgets give every batch all its
+    # graph slots (at most ``batches`` batches), so the doubling ends.
+    low, step = num_nodes, max(1, num_nodes // 256)
+    while not packs(low + step):
+        low, step = low + step, step * 2
+    high = _smallest_node_budget(sizes, int(n.sum()), num_graphs, ratio,
+                                 min_nodes, min_edges, batches, low + step,
+                                 low=low + 1)
+    return high, _edge_budget(high, ratio, min_edges)
+
+
 def packing_budget(nodes: Sequence[int], edges: Sequence[int],
                    num_graphs: int, lookahead: int = DEFAULT_LOOKAHEAD,
                    shuffle: bool = True) -> Tuple[int, int]:
@@ -217,7 +254,9 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
     which packing needs at most ``B`` batches, in a few seeded shuffles
     (``shuffle``) or the dataset's order; the ``B`` whose budgets give the
     highest slot efficiency (real over allocated nodes and edges, the lower
-    of the two) wins.
+    of the two) wins. With ``shuffle``, its node budget is then raised to
+    the smallest that packs :data:`_CONFIRM_SHUFFLES` seeded shuffles into
+    ``B`` batches too (:func:`_confirmed_budgets`).
     """
     n, e, ratio = _size_arrays(nodes, edges)
     sizes = _Sizes(n, e, lookahead, shuffle)
@@ -233,7 +272,10 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
         # Every B is tried: efficiency is not unimodal in B (a drop of
         # several points can come before the best).
         if best is None or candidate[0] > best[0]:  # the first best on ties
-            best = candidate
+            best = (*candidate, batches)
+    if shuffle:
+        return _confirmed_budgets(n, e, lookahead, num_graphs, ratio,
+                                  best[3], best[1])
     return best[1], best[2]
 
 
@@ -250,7 +292,9 @@ def batch_size_budget(nodes: Sequence[int], edges: Sequence[int],
     bind instead of the graph count; each slot also reserves one node and
     one edge for padding, so past some point more slots only waste room.
     The search walks the slot count up from the fewest that can reach the
-    batch count and stops once the efficiency has not improved for a while.
+    batch count and stops once the efficiency has not improved for a while;
+    with ``shuffle`` the winner's budgets are confirmed as in
+    :func:`packing_budget`.
     """
     n, e, ratio = _size_arrays(nodes, edges)
     sizes = _Sizes(n, e, lookahead, shuffle)
@@ -272,4 +316,7 @@ def batch_size_budget(nodes: Sequence[int], edges: Sequence[int],
                 since_best += 1
                 if since_best == patience:
                     break
+    if shuffle:
+        return (best[3], *_confirmed_budgets(n, e, lookahead, best[3], ratio,
+                                             batches, best[1]))
     return best[3], best[1], best[2]

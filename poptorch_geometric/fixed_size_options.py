@@ -273,10 +273,11 @@ class FixedSizeOptions:
         Packing tops batches up from the next ``lookahead`` samples (see
         :class:`StreamPackingSampler`; 0 is PopTorch's greedy packing), and
         the options remember it as :attr:`packing_lookahead`, which the
-        loaders use. The budgets are checked against a few seeded shuffles
-        of the dataset (``shuffle=True``, for a shuffling loader: about one
-        epoch in ten, in another random order, needs a batch more) or
-        against the dataset's own order (``shuffle=False``).
+        loaders use. The budgets are searched with six seeded shuffles of
+        the dataset and then raised to fit thirty (``shuffle=True``, for a
+        shuffling loader: about one epoch in thirty, in another random
+        order, needs a batch more) or with the dataset's own order
+        (``shuffle=False``).
 
         Homogeneous datasets only.
 

@@ -34,14 +34,42 @@ def _greedy_reference(nodes, edges, max_graphs, max_nodes, max_edges):
     return batches + [batch]
 
 
+def _lopsided_cut(batch, window, nodes, edges, max_graphs, node_room,
+                  edge_room, ratio):
+    """``(cut, skew)``: the prefix a lopsided greedy prefix is cut back to
+    and its skew, or None when it is not lopsided (``_best_fit``'s rule: the
+    skew, nodes minus edges / ``ratio``, past 2% of the node room, or every
+    slot taken with more than 2% of both rooms left; then the leading
+    graphs within 85% of each room and 90% of the slots, at least one)."""
+    n = sum(nodes[p] - 1 for p in batch)
+    e = sum(edges[p] - 1 for p in batch)
+    share_left = min(1 - n / max(node_room, 1), 1 - e / max(edge_room, 1))
+    if not ratio or not 1 < len(batch) < len(window) or (
+            abs((n - e / ratio) / max(node_room, 1)) <= 0.02 and
+            not (len(batch) == max_graphs and share_left > 0.02)):
+        return None
+    cut, n, e = [batch[0]], nodes[batch[0]] - 1, edges[batch[0]] - 1
+    for p in window[1:int(0.9 * max_graphs)]:
+        if n + nodes[p] - 1 > 0.85 * node_room or \
+                e + edges[p] - 1 > 0.85 * edge_room:
+            break
+        cut, n, e = cut + [p], n + nodes[p] - 1, e + edges[p] - 1
+    return cut, n - e / ratio
+
+
 def _best_fit_reference(nodes, edges, max_graphs, max_nodes, max_edges,
-                        lookahead):
+                        lookahead, cuts=None):
     """The rule ``_best_fit`` documents, one graph at a time over a list of
-    waiting graphs: the greedy prefix in order, then top-ups from the
-    window by the largest ``min(nodes / node room, edges / edge room)``
-    (sizes and rooms counted minus one per graph: the padding room), the
-    earliest on ties."""
+    waiting graphs: the greedy prefix in order (cut back when lopsided),
+    then top-ups from the window by the largest ``min(nodes / node room,
+    edges / edge room)`` (sizes and rooms counted minus one per graph: the
+    padding room), less the skew penalty after a cut, the earliest on
+    ties."""
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
+    node_total = sum(n - 1 for n in nodes)
+    edge_total = sum(e - 1 for e in edges)
+    ratio = edge_total / node_total if lookahead and node_total > 0 and \
+        edge_total > 0 else 0.0
     waiting, batches = list(range(len(nodes))), []
     while waiting:
         window = waiting[:max(lookahead, max_graphs)]
@@ -50,6 +78,14 @@ def _best_fit_reference(nodes, edges, max_graphs, max_nodes, max_edges,
             if n + nodes[p] - 1 > node_room or e + edges[p] - 1 > edge_room:
                 break
             batch, n, e = batch + [p], n + nodes[p] - 1, e + edges[p] - 1
+        cut = _lopsided_cut(batch, window, nodes, edges, max_graphs,
+                            node_room, edge_room, ratio)
+        if cut is not None:
+            batch, skew = cut
+            if cuts is not None:
+                cuts.append(len(batches))
+            n = sum(nodes[p] - 1 for p in batch)
+            e = sum(edges[p] - 1 for p in batch)
         # Candidates: the window's other graphs that fit the room the
         # prefix leaves (one without edges, size -1, can widen the room
         # again; a graph that did not fit is not reconsidered).
@@ -62,12 +98,20 @@ def _best_fit_reference(nodes, edges, max_graphs, max_nodes, max_edges,
                           if nodes[p] - 1 <= rn and edges[p] - 1 <= re]
             if not candidates:
                 break
-            scores = [(min((nodes[p] - 1) * (1.0 / max(rn, 1)),
-                           (edges[p] - 1) * (1.0 / max(re, 1))), -i, p)
-                      for i, p in enumerate(candidates)]
-            p = max(scores)[2]
+
+            def score(p):
+                fill = min((nodes[p] - 1) * (1.0 / max(rn, 1)),
+                           (edges[p] - 1) * (1.0 / max(re, 1)))
+                if cut is None:
+                    return fill
+                weight = 10.0 / max(rn + re / ratio, 1.0)
+                shape = (nodes[p] - 1) - (edges[p] - 1) / ratio
+                return fill - weight * abs(skew + shape)
+            p = max((score(p), -i, p) for i, p in enumerate(candidates))[2]
             candidates.remove(p)
             batch, n, e = batch + [p], n + nodes[p] - 1, e + edges[p] - 1
+            if cut is not None:
+                skew += (nodes[p] - 1) - (edges[p] - 1) / ratio
         batches.append(sorted(batch))
         waiting = [p for p in waiting if p not in batch]
     return batches
@@ -109,6 +153,42 @@ def test_every_graph_once_rule_kept_order_bounded(sizes, max_graphs,
     if lookahead == 0:
         assert batches == _greedy_reference(nodes, edges, max_graphs,
                                             max_nodes, max_edges)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lopsided_prefixes_are_balanced_by_the_documented_rule(seed):
+    """Long-tailed sizes (log-normal nodes, 1.5-3 edges per node) in tight
+    budgets: many greedy prefixes are lopsided (too edge- or node-heavy, or
+    all slots taken with room left), and the cut and balancing top-up
+    follow the reference rule graph for graph."""
+    rng = np.random.default_rng(seed)
+    nodes = np.clip(np.exp(np.log(8) + 0.9 * rng.standard_normal(400)),
+                    2, 90).astype(np.int64)
+    edges = (nodes * rng.uniform(1.5, 3.0, nodes.size)).astype(np.int64)
+    max_graphs = 24
+    max_nodes = int(nodes.mean() * 16) + max_graphs
+    max_edges = int(edges.mean() * 16) + max_graphs
+    batches = [b.tolist() for b in best_fit_batches(
+        nodes, edges, max_graphs, max_nodes, max_edges, 64)]
+    cuts = []
+    assert batches == _best_fit_reference(nodes, edges, max_graphs,
+                                          max_nodes, max_edges, 64, cuts)
+    assert len(cuts) >= len(batches) // 4
+    assert sorted(i for b in batches for i in b) == list(range(nodes.size))
+
+
+def test_a_lopsided_prefix_keeps_its_first_graph():
+    # Room for 20 nodes and 40 edges past the padding (3 slots): the first
+    # graph alone takes 90% of the node room, the second makes the prefix
+    # edge-heavy (lopsided), and the cut back to 85% of the rooms still
+    # starts the batch with the oldest graph.
+    nodes = np.array([19, 2, 5, 3, 3, 2])
+    edges = np.array([19, 20, 4, 3, 3, 2])
+    batches = [b.tolist() for b in best_fit_batches(nodes, edges, 3, 23, 43,
+                                                    6)]
+    assert batches == _best_fit_reference(nodes, edges, 3, 23, 43, 6)
+    assert batches[0][0] == 0
+    assert sorted(i for b in batches for i in b) == list(range(6))
 
 
 def test_lookahead_fills_what_greedy_leaves_empty():

@@ -38,12 +38,13 @@ def _batches(sizes, num_graphs, num_nodes, num_edges):
     return count + (1 if batch else 0)
 
 
-def _seeded_shuffles(sizes):
-    """The orders ``shuffle=True`` checks budgets against: six permutations
-    drawn from ``np.random.default_rng(0)``."""
+def _seeded_shuffles(sizes, count=6):
+    """The orders ``shuffle=True`` searches budgets with: six permutations
+    drawn from ``np.random.default_rng(0)`` (and confirms them with: the
+    first thirty)."""
     rng = np.random.default_rng(0)
     return [[sizes[i] for i in rng.permutation(len(sizes))]
-            for _ in range(6)]
+            for _ in range(count)]
 
 
 def _most_batches(orders, num_graphs, num_nodes, num_edges, count=_batches):
@@ -51,6 +52,14 @@ def _most_batches(orders, num_graphs, num_nodes, num_edges, count=_batches):
     counts = [count(order, num_graphs, num_nodes, num_edges)
               for order in orders]
     return None if None in counts else max(counts)
+
+
+def _edge_budget(sizes, num_graphs):
+    """The edge budget for a node budget: the dataset's edges per node
+    times it, at least the largest graph's edges plus one per other slot."""
+    ratio = sum(e for _, e in sizes) / max(sum(n for n, _ in sizes), 1)
+    min_edges = max(max(e for _, e in sizes), 1) + num_graphs - 1
+    return lambda num_nodes: max(math.ceil(ratio * num_nodes), min_edges)
 
 
 def _tightest(sizes, orders, num_graphs, target, count=_batches):
@@ -61,13 +70,8 @@ def _tightest(sizes, orders, num_graphs, target, count=_batches):
     sampler's own minimum)."""
     total_n = sum(n for n, _ in sizes)
     total_e = sum(e for _, e in sizes)
-    ratio = total_e / max(total_n, 1)
     min_nodes = max(max(n for n, _ in sizes), 1) + num_graphs - 1
-    min_edges = max(max(e for _, e in sizes), 1) + num_graphs - 1
-
-    def edge_budget(num_nodes):
-        return max(math.ceil(ratio * num_nodes), min_edges)
-
+    edge_budget = _edge_budget(sizes, num_graphs)
     num_nodes = max(min_nodes, math.ceil(total_n / target))
     while True:
         batches = _most_batches(orders, num_graphs, num_nodes,
@@ -81,14 +85,31 @@ def _tightest(sizes, orders, num_graphs, target, count=_batches):
     return efficiency, num_nodes, num_edges
 
 
+def _confirmed(sizes, num_graphs, target, num_nodes, count=_batches):
+    """``(num_nodes, num_edges)``: the node budget raised to the smallest
+    with which all thirty seeded shuffles pack into ``target`` batches."""
+    orders = _seeded_shuffles(sizes, 30)
+    edge_budget = _edge_budget(sizes, num_graphs)
+    while True:
+        batches = _most_batches(orders, num_graphs, num_nodes,
+                                edge_budget(num_nodes), count)
+        if batches is not None and batches <= target:
+            return num_nodes, edge_budget(num_nodes)
+        num_nodes += 1
+
+
 def _brute_force_budgets(sizes, num_graphs, orders=None, count=_batches):
-    orders = orders or [sizes]
+    """The best batch count's budgets; with ``orders`` (shuffles) raised
+    to fit the thirty confirming shuffles."""
     fewest = math.ceil(len(sizes) / (num_graphs - 1))
     best = None
     for target in range(fewest, 2 * fewest + 1):
-        candidate = _tightest(sizes, orders, num_graphs, target, count)
+        candidate = _tightest(sizes, orders or [sizes], num_graphs, target,
+                              count)
         if best is None or candidate[0] > best[0]:
-            best = candidate
+            best = (*candidate, target)
+    if orders:
+        return _confirmed(sizes, num_graphs, best[3], best[1], count)
     return best[1], best[2]
 
 
@@ -202,7 +223,8 @@ def _brute_force_batch_size_budgets(sizes, batch_size, orders=None,
     """``for_batch_size``'s walk: slot counts from the fewest that can hold
     the dataset in PyG's number of batches, ``max(1, batch_size // 32)``
     apart, up to ``2 * batch_size + 1``, stopping after 8 without a better
-    efficiency; the first best wins."""
+    efficiency; the first best wins (with ``orders``, raised to fit the
+    thirty confirming shuffles)."""
     target = math.ceil(len(sizes) / batch_size)
     best, since_best = None, 0
     for num_graphs in range(math.ceil(len(sizes) / target) + 1,
@@ -215,6 +237,9 @@ def _brute_force_batch_size_budgets(sizes, batch_size, orders=None,
             since_best += 1
             if since_best == 8:
                 break
+    if orders:
+        return (best[3], *_confirmed(sizes, best[3], target, best[1],
+                                     count))
     return best[3], best[1], best[2]
 
 
