@@ -275,8 +275,8 @@ class FixedSizeOptions:
         the options remember it as :attr:`packing_lookahead`, which the
         loaders use. The budgets are searched with six seeded shuffles of
         the dataset and then raised to fit thirty (``shuffle=True``, for a
-        shuffling loader: about one epoch in thirty, in another random
-        order, needs a batch more) or with the dataset's own order
+        shuffling loader: about one epoch in twenty to thirty, in another
+        random order, needs a batch more) or with the dataset's own order
         (``shuffle=False``).
 
         Homogeneous datasets only.
