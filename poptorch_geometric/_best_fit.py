@@ -17,7 +17,8 @@ minus one, over the whole epoch: ``ratio``) on average. The batch's *skew*
 is its nodes minus its edges / ``ratio``: how many more nodes it holds than
 that shape would. A greedy prefix is *lopsided* when its skew passes
 :data:`LOPSIDED` of the node room, or when it takes every graph slot with
-more than that share of both rooms still free. Topping it up would leave
+more than that share of both rooms still free and larger graphs in the
+window could fill one (:func:`_fillable`). Topping it up would leave
 the roomier side's slack unused (an edge-heavy run of graphs fills the edge
 budget with hundreds of node slots free; a run of small graphs takes every
 slot), so it is cut back to its graphs within :data:`PREFIX_SHARE` of each
@@ -53,7 +54,7 @@ Example (room for 2 graphs and 9 nodes; sizes 5, 5, 4, 4 in that order)::
     ...                                       10, lookahead=4)]
     [[0, 2], [1, 3]]
 """
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -125,24 +126,46 @@ def _greedy_length(node_sums: np.ndarray, edge_sums: np.ndarray,
 
 
 def _cut_if_lopsided(node_sums: np.ndarray, edge_sums: np.ndarray,
-                     count: int, node_room: int, edge_room: int,
-                     max_graphs: int, ratio: float
-                     ) -> Tuple[int, Optional[float]]:
+                     count: int, rest: Callable[[int], Tuple[np.ndarray,
+                                                             np.ndarray]],
+                     node_room: int, edge_room: int, max_graphs: int,
+                     ratio: float) -> Tuple[int, Optional[float]]:
     """``(count, skew)``: the greedy prefix of ``count`` graphs (running
     sizes minus one ``node_sums``, ``edge_sums``) as it is, skew None, or,
     when lopsided, cut back (:func:`_balanced_length`) with its skew (nodes
-    minus edges / ``ratio``) for the balancing top-up."""
-    used_nodes = int(node_sums[count - 1])
-    used_edges = int(edge_sums[count - 1])
+    minus edges / ``ratio``) for the balancing top-up. ``rest(c)`` gives
+    the sizes of the window's graphs from position ``c`` on."""
+    used_nodes, used_edges = (int(node_sums[count - 1]),
+                              int(edge_sums[count - 1]))
     skew = (used_nodes - used_edges / ratio) / max(node_room, 1)
-    share_left = min(1 - used_nodes / max(node_room, 1),
-                     1 - used_edges / max(edge_room, 1))
-    if abs(skew) <= LOPSIDED and not (count == max_graphs and
-                                      share_left > LOPSIDED):
+    if abs(skew) <= LOPSIDED and (
+            count < max_graphs or
+            min(1 - used_nodes / max(node_room, 1),
+                1 - used_edges / max(edge_room, 1)) <= LOPSIDED):
         return count, None
-    count = _balanced_length(node_sums, edge_sums, node_room, edge_room,
-                             max_graphs)
-    return count, float(node_sums[count - 1] - edge_sums[count - 1] / ratio)
+    cut = _balanced_length(node_sums, edge_sums, node_room, edge_room,
+                           max_graphs)
+    if abs(skew) <= LOPSIDED and not _fillable(
+            *rest(cut), node_room - int(node_sums[cut - 1]),
+            edge_room - int(edge_sums[cut - 1]), max_graphs - cut,
+            LOPSIDED * node_room, LOPSIDED * edge_room):
+        return count, None
+    return cut, float(node_sums[cut - 1] - edge_sums[cut - 1] / ratio)
+
+
+def _fillable(nodes: np.ndarray, edges: np.ndarray, node_room: int,
+              edge_room: int, slots: int, node_slack: float,
+              edge_slack: float) -> bool:
+    """Whether the ``slots`` largest of these graphs (sizes minus one) come
+    within the slack of filling either room. A batch that ran out of graph
+    slots with room left is rebuilt only then: with budgets that the slots
+    bind anyway (generous node and edge budgets), larger graphs would not
+    fill it, and rebuilding every batch cost 20 times the packing time."""
+    if slots < nodes.size:
+        nodes = np.partition(nodes, -slots)[-slots:]
+        edges = np.partition(edges, -slots)[-slots:]
+    return nodes.sum() >= node_room - node_slack or \
+        edges.sum() >= edge_room - edge_slack
 
 
 def _balanced_length(node_sums: np.ndarray, edge_sums: np.ndarray,
@@ -197,9 +220,10 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         count = _greedy_length(node_sums, edge_sums, node_room, edge_room)
         skew = None
         if ratio and 1 < count < window.size:
-            count, skew = _cut_if_lopsided(node_sums, edge_sums, count,
-                                           node_room, edge_room, max_graphs,
-                                           ratio)
+            count, skew = _cut_if_lopsided(
+                node_sums, edge_sums, count,
+                lambda c: (nodes[window[c:]], edges[window[c:]]),
+                node_room, edge_room, max_graphs, ratio)
         if not lookahead or count == max_graphs or window.size == count:
             carry = window[count:]
             yield head[:count]
