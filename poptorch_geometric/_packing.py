@@ -28,12 +28,12 @@ __all__: list = []
 #: epoch in 5 with 3 orders, 1 in 13 with 8; the search's time grows with
 #: the count).
 _SHUFFLES = 6
-#: The seeded shuffles (the search's first) the chosen budgets are then
-#: raised to fit as well: the smallest budgets for 6 orders are the edge
-#: past which a random epoch needs a batch more about one time in seven
-#: (1 in 7 of 6 + 1 orders), which costs that epoch 2.5% of its slots on
-#: 40 batches; 30 make it about one in thirty, for a few tenths of a
-#: percent of budget, checked at one batch count only.
+#: The seeded shuffles (the search's six first) the chosen budgets are then
+#: raised to fit as well. The smallest budgets that fit 6 orders are on the
+#: edge: a 7th, random order needs a batch more about one time in seven,
+#: which costs that epoch 2.5% of its slots at 40 batches. Fitting 30 makes
+#: it about one epoch in twenty to thirty, for at most a few tenths of a
+#: percent of budget, and costs one more search at the chosen batch count.
 _CONFIRM_SHUFFLES = 30
 
 
