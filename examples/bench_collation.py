@@ -11,7 +11,8 @@ Two figures, both ratios or fractions measured in one run:
   shuffled epoch of fixed-size batches at 128 graph slots per batch, for
   StreamPack with ``FixedSizeOptions.for_packing`` budgets at several
   lookahead windows (0 is PopTorch's greedy packing; each row also gives
-  the sampler's time per batch) and for PadToMax with
+  the sampler's time per batch and a whole loading epoch's, timed in
+  turns) and for PadToMax with
   ``FixedSizeOptions.from_dataset`` budgets; the same rows for a synthetic
   long-tailed size distribution (:func:`long_tailed_graphs`), where
   packing is harder than on molecules.
@@ -28,7 +29,7 @@ import argparse
 import math
 import statistics
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch_geometric.data import Data
@@ -120,27 +121,36 @@ def long_tailed_graphs(count: int = 4000, seed: int = 0) -> List[Data]:
             for n, r in zip(nodes, edges_per_node)]
 
 
-def _sampler_seconds_per_batch(loader, repeats: int = 15) -> float:
-    """Median time the loader's packing sampler takes per batch (sizes are
-    read from the dataset once, before timing). An epoch of sampling takes
-    about a millisecond, so one hiccup of a busy machine moves a median of
-    a few epochs: 15 keep it steady at little cost."""
+def _sampler_and_loading_seconds(loader, repeats: int = 15
+                                 ) -> Tuple[float, float]:
+    """Median seconds per batch of the loader's packing sampler alone and of
+    a whole loading epoch (sampling, reading and collation), timed in turns
+    so that the machine's drift hits both alike (sizes are read from the
+    dataset once, before timing). An epoch of sampling takes about a
+    millisecond, so one hiccup of a busy machine moves a median of a few
+    epochs: 15 keep it steady at little cost."""
     sampler = loader.batch_sampler
     batches = len(list(sampler))
-    times = []
+    sampling, loading = [], []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in sampler:
             pass
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) / batches
+        sampling.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        loading.append(time.perf_counter() - start)
+    return (statistics.median(sampling) / batches,
+            statistics.median(loading) / batches)
 
 
 def slot_efficiency(dataset) -> Dict[str, Dict[str, float]]:
     """One shuffled epoch (seeded, as training loads) of StreamPack at each
     lookahead window of :data:`WINDOWS` (``FixedSizeOptions.for_packing``
     budgets for that window) and of PadToMax (worst-case budgets), at 128
-    graph slots per batch; StreamPack rows also time the sampler."""
+    graph slots per batch; StreamPack rows also time the sampler and the
+    whole loader."""
     setups = {"pad_to_max": (FixedSizeOptions.from_dataset(
         dataset, GRAPHS_PER_BATCH), FixedSizeStrategy.PadToMax)}
     for window in WINDOWS:
@@ -167,8 +177,9 @@ def slot_efficiency(dataset) -> Dict[str, Dict[str, float]]:
             "trimmed_graphs": report.trimmed.graphs,
         }
         if strategy == FixedSizeStrategy.StreamPack:
-            out[name]["sampler_s_per_batch"] = \
-                _sampler_seconds_per_batch(loader)
+            (out[name]["sampler_s_per_batch"],
+             out[name]["loading_s_per_batch"]) = \
+                _sampler_and_loading_seconds(loader)
     return out
 
 
