@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._best_fit import DEFAULT_LOOKAHEAD, best_fit_batches
+from ._best_fit import DEFAULT_LOOKAHEAD, best_fit_batches, \
+    greedy_length
 
 __all__: list = []
 
@@ -85,9 +86,8 @@ def batch_length(nodes: np.ndarray, edges: np.ndarray, node_room: int,
     batch of c graphs keeps the padding-room rule (one node and one edge
     left for every free graph slot) iff ``sum(nodes - 1) <= node_room`` and
     ``sum(edges - 1) <= edge_room``, checked after each addition."""
-    fits = ((np.cumsum(nodes - 1) <= node_room) &
-            (np.cumsum(edges - 1) <= edge_room))
-    return len(fits) if fits.all() else int(np.argmin(fits))
+    return greedy_length(np.cumsum(nodes - 1), np.cumsum(edges - 1),
+                         node_room, edge_room)
 
 
 def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
@@ -176,6 +176,16 @@ def _size_arrays(nodes: Sequence[int], edges: Sequence[int]
     return n, e, float(e.sum()) / max(float(n.sum()), 1.0)
 
 
+def _least_budgets(n: np.ndarray, e: np.ndarray, num_graphs: int
+                   ) -> Tuple[int, int]:
+    """The smallest node and edge budgets packing may use: the largest
+    graph plus one node and edge per other slot, and at least one per slot
+    (the sampler's minimum, which graphs without edges would otherwise
+    miss)."""
+    return (max(int(n.max()), 1) + num_graphs - 1,
+            max(int(e.max()), 1) + num_graphs - 1)
+
+
 def _tightest_budgets(n: np.ndarray, e: np.ndarray, sizes: _Sizes,
                       num_graphs: int, ratio: float, batches: int,
                       known_fit: Optional[int] = None
@@ -191,8 +201,7 @@ def _tightest_budgets(n: np.ndarray, e: np.ndarray, sizes: _Sizes,
     miss); the edge budget follows the node budget by the dataset's
     edges-per-node ``ratio``.
     """
-    min_nodes = max(int(n.max()), 1) + num_graphs - 1
-    min_edges = max(int(e.max()), 1) + num_graphs - 1
+    min_nodes, min_edges = _least_budgets(n, e, num_graphs)
     # With this many nodes the graph slots usually bind first (the edge
     # budget can still bind; the result then costs some efficiency, and
     # efficiency is scored on the true batch count).
@@ -217,8 +226,7 @@ def _confirmed_budgets(n: np.ndarray, e: np.ndarray, lookahead: int,
     :data:`_CONFIRM_SHUFFLES` seeded shuffles, the search's among them, pack
     into at most ``batches`` batches of ``num_graphs`` slots."""
     sizes = _Sizes(n, e, lookahead, True, _CONFIRM_SHUFFLES)
-    min_nodes = max(int(n.max()), 1) + num_graphs - 1
-    min_edges = max(int(e.max()), 1) + num_graphs - 1
+    min_nodes, min_edges = _least_budgets(n, e, num_graphs)
 
     def packs(nodes: int) -> bool:
         count = sizes.batches(num_graphs - 1, nodes - 1,
