@@ -40,6 +40,18 @@ def _no_backward(*args, **kwargs):
     raise createPoptorchError(_BACKWARD_ERROR)
 
 
+def _accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """Adds ``grad`` to ``param.grad`` as autograd's ``AccumulateGrad``
+    does: the first gradient becomes ``.grad`` (laid out like ``param``),
+    later ones are added to it in place."""
+    if param.grad is None:
+        if grad.stride() != param.stride():
+            grad = torch.empty_like(param).copy_(grad)
+        param.grad = grad
+    else:
+        param.grad.add_(grad)
+
+
 @dataclasses.dataclass
 class Program:
     """Everything needed to run a compiled model."""
@@ -159,19 +171,38 @@ class Program:
     def _accumulate(self, splits, collectors, iteration: int,
                     scale: float) -> None:
         """Forward and backward of every micro-batch of one iteration."""
-        layout, loss_index = self.layout, self.captured.loss_index
+        layout = self.layout
         for step in range(layout.gradient_accumulation):
             for replica in range(layout.replicas):
-                outputs = self.executable.run(
-                    self.state.replica_params(replica) +
-                    self.state.buffers(replica) +
-                    self._micro_inputs(splits, iteration, step, replica))
-                loss = outputs[loss_index]
-                # A "none"-reduced final loss back-propagates ones.
-                seed = loss if loss.dim() == 0 else loss.sum()
-                if seed.requires_grad:
-                    (seed * scale if scale != 1.0 else seed).backward()
+                tensors = (self.state.replica_params(replica) +
+                           self.state.buffers(replica) +
+                           self._micro_inputs(splits, iteration, step,
+                                              replica))
+                outputs = self._forward_backward(tensors, scale)
                 self._collect(collectors, outputs, iteration, step, replica)
+
+    def _forward_backward(self, tensors: List[torch.Tensor],
+                          scale: float) -> List[torch.Tensor]:
+        """Runs one micro-batch and adds its gradients (of the final loss,
+        summed, times ``scale``) to the parameters' ``.grad``; returns the
+        graph's outputs."""
+        loss_index = self.captured.loss_index
+        # Replica-grouped weights run as views of one tensor per group,
+        # whose gradients only autograd routes to it.
+        if not self.state.grouped and \
+                self.executable.trains_in_one_graph(tensors):
+            outputs, grads = self.executable.run_training(
+                tensors, loss_index, scale)
+            for position, grad in grads:
+                _accumulate_grad(tensors[position], grad)
+            return outputs
+        outputs = self.executable.run(tensors)
+        loss = outputs[loss_index]
+        # A "none"-reduced final loss back-propagates ones.
+        seed = loss if loss.dim() == 0 else loss.sum()
+        if seed.requires_grad:
+            (seed * scale if scale != 1.0 else seed).backward()
+        return outputs
 
     def _reduce(self) -> float:
         """Reduces the accumulated gradients (over replica groups and

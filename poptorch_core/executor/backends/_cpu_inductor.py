@@ -44,7 +44,8 @@ first step, whose compilation a user waits for:
   its own shared library, one ``g++`` run each (25 for the NCI GINE
   training step, about 1 s each on 2 cores even with a precompiled
   header); with the wrapper in C++ the forward and the backward graph are
-  one library each, 4-6 s. Steady steps take as long either way.
+  one library each, 4-6 s (a training step on the CPU is now one graph,
+  ``_training_step``: one library). Steady steps take as long either way.
 * **No precompiled header.** With two compiler runs per model, building
   the 150 MB precompiled header (about 8 s, the first time on a machine)
   costs more than it saves.

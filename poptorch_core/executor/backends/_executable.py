@@ -2,11 +2,15 @@
 
 ``interpret`` calls the traced ``GraphModule`` directly (its generated Python
 code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` hands
-the same graph to inductor (``compile_fx``, which splits it into forward and
-backward with AOTAutograd) on the first call, and compiles exactly once.
-On the CPU, row scatter-adds (message-passing sums, gather gradients) stay
-ATen ops and ``relu``'s backward saves no boolean mask, two things
-inductor's generated CPU code does slowly (``_cpu_inductor``).
+the same graph to inductor (``compile_fx``) on the first call, and compiles
+exactly once. A training micro-batch on the CPU
+(:meth:`Executable.run_training`) is traced with its loss seed and its
+gradients into one graph, which inductor compiles as one
+(``_training_step``); other graphs that need gradients are split into a
+forward and a backward graph by AOTAutograd. On the CPU, row scatter-adds
+(message-passing sums, gather gradients) stay ATen ops and ``relu``'s
+backward saves no boolean mask, two things inductor's generated CPU code
+does slowly (``_cpu_inductor``).
 
 Why not ``torch.compile``: the captured graph is already an ATen graph with
 static shapes, so dynamo would only re-trace its Python code (0.6-1 s of
@@ -27,7 +31,7 @@ the NCI model's first step) and check its guards before every call (about
 """
 import contextlib
 from typing import (Any, Callable, Dict, Hashable, Iterator, List,
-                    Sequence)
+                    Sequence, Tuple)
 
 import torch
 import torch.fx
@@ -36,6 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._isa_probe import start_vec_isa_probe
+from ._training_step import TrainingStepGraph, trace_training_step
 
 __all__ = ["BACKENDS", "compilation_count", "prepare_backend"]
 
@@ -133,6 +138,7 @@ class Executable:
         self.graph_module = graph_module
         self.compilations = 0
         self._compiled: Dict[Hashable, Callable] = {}
+        self._steps: Dict[Hashable, Tuple[TrainingStepGraph, Callable]] = {}
 
     def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """The graph's outputs, as a list, for ``tensors`` (parameters,
@@ -147,3 +153,38 @@ class Executable:
             self._compiled[variant] = compiled
             self.compilations += 1
         return list(compiled(*tensors))
+
+    def trains_in_one_graph(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether :meth:`run_training` applies: the ``compile`` backend on
+        the CPU (``_training_step``)."""
+        return self.backend == "compile" and \
+            all(t.device.type == "cpu" for t in tensors)
+
+    def run_training(self, tensors: Sequence[torch.Tensor], loss_index: int,
+                     scale: float
+                     ) -> Tuple[List[torch.Tensor],
+                                List[Tuple[int, torch.Tensor]]]:
+        """One micro-batch's forward and backward pass as one compiled
+        graph (``_training_step``): the graph's outputs (not requiring
+        gradients) and ``(position, gradient)`` of each placeholder of
+        ``tensors`` that requires a gradient and that the loss (output
+        ``loss_index``, summed, times ``scale``) depends on. Compiles on
+        the first call for these dtypes and ``requires_grad`` flags."""
+        variant = _variant(tensors)
+        found = self._steps.get(variant)
+        if found is None:
+            step = trace_training_step(self.graph_module, tensors,
+                                       loss_index)
+            with torch.no_grad():
+                compiled = _compile_with_inductor(
+                    step.graph_module,
+                    [t.detach() for t in tensors] + [torch.ones(())])
+            found = self._steps[variant] = (step, compiled)
+            self.compilations += 1
+        step, compiled = found
+        with torch.no_grad():
+            flat = list(compiled(*[t.detach() for t in tensors],
+                                 torch.tensor(scale, dtype=torch.float32)))
+        outputs = flat[:step.num_outputs]
+        return outputs, list(zip(step.grad_positions,
+                                 flat[step.num_outputs:]))
