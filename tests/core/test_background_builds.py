@@ -6,6 +6,7 @@ import threading
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
 
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -43,12 +44,16 @@ def test_the_backward_is_compiled_with_the_forward():
 
 def test_inductor_is_restored_after_the_compilation():
     loader = CppWrapperCodeCache.load_pybinding
+    worker = codecache._worker_compile_cpp
     with pytest.raises(RuntimeError, match="inside"):
         with _background_builds.background_cpp_builds():
             assert CppWrapperCodeCache.load_pybinding is not loader
+            assert codecache._worker_compile_cpp is \
+                _background_builds._compile_objects_in_parallel
             assert torch._functorch.config.force_non_lazy_backward_lowering
             raise RuntimeError("inside")
     assert CppWrapperCodeCache.load_pybinding == loader
+    assert codecache._worker_compile_cpp is worker
     assert not torch._functorch.config.force_non_lazy_backward_lowering
 
 
@@ -98,3 +103,68 @@ def test_a_failed_build_raises_on_the_first_call():
     entry = _background_builds._EntryOnFirstCall(load)
     with pytest.raises(RuntimeError, match="g\\+\\+ failed"):
         entry()
+
+
+class _FakeBuilder:
+    """A compiler run that records when it starts and finishes."""
+
+    def __init__(self, path, log):
+        self.path, self.log = str(path), log
+
+    def get_target_file_path(self):
+        return self.path
+
+    def build(self):
+        self.log.append(("start", self.path))
+        self._write()
+
+    def _write(self):
+        with open(self.path, "w") as f:
+            f.write("built")
+        self.log.append(("end", self.path))
+
+
+def test_the_wrapper_and_kernel_objects_build_side_by_side(tmp_path):
+    """Inductor's worker builds the wrapper object, the kernel object and
+    the link one after the other; here the two objects build at once (each
+    waits for the other to start) and the link comes after both."""
+    log = []
+    both_started = threading.Barrier(2)
+
+    class Meeting(_FakeBuilder):
+        def build(self):
+            self.log.append(("start", self.path))
+            both_started.wait(5)  # BrokenBarrierError if built one by one
+            self._write()
+
+    wrapper = Meeting(tmp_path / "main.o", log)
+    kernels = Meeting(tmp_path / "kernels.o", log)
+    linker = _FakeBuilder(tmp_path / "lib.so", log)
+    _background_builds._compile_objects_in_parallel(
+        str(tmp_path / "lock"), (wrapper, kernels, linker))
+    assert log[-2:] == [("start", linker.path), ("end", linker.path)]
+    assert {p for event, p in log[:-2] if event == "end"} == \
+        {wrapper.path, kernels.path}
+
+
+def test_built_objects_and_libraries_are_not_built_again(tmp_path):
+    log = []
+    builders = [_FakeBuilder(tmp_path / name, log)
+                for name in ("main.o", "kernels.o", "lib.so")]
+    (tmp_path / "kernels.o").write_text("cached")
+    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+                                                    builders)
+    assert [p for event, p in log if event == "start"] == \
+        [builders[0].path, builders[2].path]
+    log.clear()
+    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+                                                    builders)
+    assert log == []
+
+
+def test_a_single_object_library_keeps_inductors_worker(tmp_path):
+    log = []
+    only = _FakeBuilder(tmp_path / "lib.so", log)
+    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+                                                    (only,))
+    assert log == [("start", only.path), ("end", only.path)]

@@ -23,16 +23,25 @@ cached):
   codegen runs in the compiling thread, and the two builds can use both
   cores.
 
+A training step on the CPU is now one graph (``_training_step``), so
+there is one library; it is built from two objects, the wrapper and the
+kernels (``cpp_wrapper_build_separate``, ``_cpu_inductor``), and the two
+compiler runs go side by side (:func:`_compile_objects_in_parallel`), one
+per core, before the link: inductor's own worker runs them one after the
+other.
+
 A library whose build fails raises inductor's error on its first call,
 which is the first forward or backward of the training step. On a cache
 hit the libraries already exist and nothing is built.
 """
 import concurrent.futures
 import contextlib
+import os
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from torch._functorch import config as functorch_config
+from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
 
 __all__: list = []
@@ -73,6 +82,29 @@ class _EntryOnFirstCall:
         return self._entry(*args)
 
 
+_serial_worker = codecache._worker_compile_cpp
+
+
+def _compile_objects_in_parallel(lock_path: str,
+                                 builders: Sequence[Any]) -> None:
+    """Inductor's build of a library from separately compiled objects
+    (``cpp_wrapper_build_separate``: the wrapper at -O1, the kernels at
+    -O3, then the link), with the two compiler runs side by side."""
+    if len(builders) != 3:
+        _serial_worker(lock_path, builders)
+        return
+    from torch.utils._filelock import FileLock
+    *objects, linker = builders
+    with FileLock(lock_path, timeout=codecache.LOCK_TIMEOUT):
+        pending = [b for b in objects
+                   if not os.path.exists(b.get_target_file_path())]
+        with concurrent.futures.ThreadPoolExecutor(len(pending) or 1) as pool:
+            for future in [pool.submit(b.build) for b in pending]:
+                future.result()
+        if not os.path.exists(linker.get_target_file_path()):
+            linker.build()
+
+
 def _load_pybinding_in_background(*args: Any, **kwargs: Any) -> Callable:
     return _EntryOnFirstCall(CppWrapperCodeCache.load_pybinding_async(
         *args, submit_fn=_submit, **kwargs))
@@ -93,6 +125,7 @@ def background_cpp_builds() -> Iterator[None]:
             _saved_lowering = functorch_config.force_non_lazy_backward_lowering
             functorch_config.force_non_lazy_backward_lowering = True
             CppWrapperCodeCache.load_pybinding = _load_pybinding_in_background
+            codecache._worker_compile_cpp = _compile_objects_in_parallel
         _active += 1
     try:
         yield
@@ -101,5 +134,6 @@ def background_cpp_builds() -> Iterator[None]:
             _active -= 1
             if _active == 0:
                 del CppWrapperCodeCache.load_pybinding
+                codecache._worker_compile_cpp = _serial_worker
                 functorch_config.force_non_lazy_backward_lowering = \
                     _saved_lowering
