@@ -122,3 +122,32 @@ def test_a_parameter_the_loss_ignores_keeps_no_gradient():
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.ignored.weight,
                                reference.ignored.weight, rtol=0, atol=0)
+
+
+def test_dropout_gradients_use_the_mask_of_the_forward_pass():
+    """Forward and backward are one graph: the dropout mask the gradient
+    goes through is the one the forward pass drew (and returned), and each
+    call draws a new one."""
+    class Dropout(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(6, 3))
+
+        def forward(self, x):
+            dropped = torch.nn.functional.dropout(x, 0.5, self.training)
+            return dropped, poptorch.identity_loss((dropped @ self.w).sum(),
+                                                   reduction="none")
+
+    torch.manual_seed(12)
+    model = Dropout()
+    ipu = _compile_training(model, torch.optim.SGD(model.parameters(),
+                                                   lr=1.0))
+    x = torch.randn(8, 6)
+    before = model.w.detach().clone()
+    dropped, _ = ipu(x)
+    ipu.copyWeightsToHost()
+    assert 0 < int((dropped == 0).sum()) < dropped.numel()
+    # d(sum(dropped @ w))/dw = column sums of dropped, for every output.
+    torch.testing.assert_close(before - model.w.detach(),
+                               dropped.sum(0)[:, None].expand(6, 3))
+    assert not torch.equal(ipu(x)[0], dropped)
