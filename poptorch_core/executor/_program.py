@@ -190,7 +190,7 @@ class Program:
         # Replica-grouped weights run as views of one tensor per group,
         # whose gradients only autograd routes to it.
         if not self.state.grouped and \
-                self.executable.trains_in_one_graph(tensors):
+                self.executable.trains_in_one_graph(self.state.device):
             outputs, grads = self.executable.run_training(
                 tensors, loss_index, scale)
             for position, grad in grads:

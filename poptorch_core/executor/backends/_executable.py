@@ -154,11 +154,10 @@ class Executable:
             self.compilations += 1
         return list(compiled(*tensors))
 
-    def trains_in_one_graph(self, tensors: Sequence[torch.Tensor]) -> bool:
-        """Whether :meth:`run_training` applies: the ``compile`` backend on
-        the CPU (``_training_step``)."""
-        return self.backend == "compile" and \
-            all(t.device.type == "cpu" for t in tensors)
+    def trains_in_one_graph(self, device: torch.device) -> bool:
+        """Whether :meth:`run_training` applies to tensors on ``device``:
+        the ``compile`` backend on the CPU (``_training_step``)."""
+        return self.backend == "compile" and device.type == "cpu"
 
     def run_training(self, tensors: Sequence[torch.Tensor], loss_index: int,
                      scale: float

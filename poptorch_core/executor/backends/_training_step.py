@@ -72,12 +72,14 @@ def trace_training_step(graph_module: torch.fx.GraphModule,
     backward pass of its output ``loss_index`` into the placeholders that
     require gradients (see the module docstring)."""
     trainable = [i for i, t in enumerate(tensors) if t.requires_grad]
-    traced = TrainingStepGraph(None, [], 0)  # type: ignore[arg-type]
+    grad_positions: List[int] = []
+    num_outputs = 0
 
     def step(*flat: torch.Tensor) -> List[torch.Tensor]:
+        nonlocal num_outputs
         *inputs, scale = flat
         outputs = list(graph_module(*inputs))
-        traced.num_outputs = len(outputs)
+        num_outputs = len(outputs)
         loss = outputs[loss_index]
         seed = loss if loss.dim() == 0 else loss.sum()
         grads: List[torch.Tensor] = []
@@ -85,12 +87,12 @@ def trace_training_step(graph_module: torch.fx.GraphModule,
             found = torch.autograd.grad(
                 seed * scale.to(seed.dtype), [inputs[i] for i in trainable],
                 allow_unused=True)
-            traced.grad_positions = [i for i, g in zip(trainable, found)
-                                     if g is not None]
+            grad_positions.extend(i for i, g in zip(trainable, found)
+                                  if g is not None)
             grads = [g for g in found if g is not None]
         return [out.detach() for out in outputs] + grads
 
     with torch.enable_grad():
-        traced.graph_module = make_fx(step, tracing_mode="fake")(
+        traced = make_fx(step, tracing_mode="fake")(
             *tensors, torch.ones((), dtype=torch.float32))
-    return traced
+    return TrainingStepGraph(traced, grad_positions, num_outputs)
