@@ -15,11 +15,12 @@ from ._models import MLP
 DEVICE_ITERATIONS = 5
 
 
-def _setup():
+def _setup(backend="interpret"):
     torch.manual_seed(0)
     model = MLP()
     reference = copy.deepcopy(model)
     opts = poptorch.Options().deviceIterations(DEVICE_ITERATIONS)
+    opts.Simulator.backend(backend)
     ipu = poptorch.trainingModel(
         model, opts, torch.optim.Adam(model.parameters(), lr=0.01))
     x = torch.randn(DEVICE_ITERATIONS * 4, 4)
@@ -62,17 +63,21 @@ def test_ctrl_c_while_a_step_updates_the_weights_finishes_that_step():
     _assert_same_weights(model, reference)
 
 
-def test_ctrl_c_while_gradients_are_computed_discards_that_step():
-    model, reference, ipu, x, y = _setup()
+@pytest.mark.parametrize("backend", ["interpret", "compile"])
+def test_ctrl_c_while_gradients_are_computed_discards_that_step(backend):
+    """``interpret`` runs a micro-batch's forward then its backward;
+    ``compile`` runs both as one graph (``run_training``)."""
+    model, reference, ipu, x, y = _setup(backend)
     program = ipu._state.program
-    run, runs = program.executable.run, []
+    name = "run" if backend == "interpret" else "run_training"
+    run, runs = getattr(program.executable, name), []
 
-    def run_then_ctrl_c(tensors):
+    def run_then_ctrl_c(*args):
         runs.append(1)
-        if len(runs) == 4:  # the 4th iteration's forward
+        if len(runs) == 4:  # the 4th iteration's micro-batch
             raise KeyboardInterrupt
-        return run(tensors)
-    program.executable.run = run_then_ctrl_c
+        return run(*args)
+    setattr(program.executable, name, run_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt,
                        match=re.escape(": 3 optimizer step(s) were applied")):
         ipu(x, y)
@@ -80,7 +85,7 @@ def test_ctrl_c_while_gradients_are_computed_discards_that_step():
     eager_optimizer = _eager_steps(reference, x, y, 3)
     _assert_same_weights(model, reference)
     # The next call continues from there, as the eager loop does.
-    program.executable.run = run
+    setattr(program.executable, name, run)
     ipu(x, y)
     for i in range(DEVICE_ITERATIONS):
         eager_optimizer.zero_grad()
