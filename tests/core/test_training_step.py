@@ -83,6 +83,8 @@ def test_accumulated_scaled_training_matches_eager(loss_scaling):
         micro = [m for step in train_call(reference, ref_opt, inputs, G=G,
                                           loss_scaling=loss_scaling)
                  for replicas in step for m in replicas]
+        torch.testing.assert_close(out, torch.cat([o for o, _ in micro]),
+                                   rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(loss, torch.stack([l for _, l in micro]),
                                    rtol=1e-4, atol=1e-5)
     ipu.copyWeightsToHost()
