@@ -13,12 +13,18 @@ costs a third of that). So the loader chooses:
 * ``inline`` otherwise: the loader iterates in this process, exactly as
   ``Sync`` does (same batches, same order rules, no worker process), and
   times its complete epochs (:class:`LoadingShare`). Once loading takes at
-  least :data:`WORKER_LOADING_SHARE` of one, from the second step on (the
-  first one compiles), the following epochs load in a worker: then the
-  loading a worker takes over outweighs what it costs the step.
-  On 2 cores with torch's 2 threads a worker slowed the NCI training step,
-  whose collation is about 10% of it, by 6-10%, and sped up a step whose
-  loading (parsing SMILES) is about 38% of it by 7%.
+  least :data:`WORKER_LOADING_SHARE` of :data:`WORKER_LOADING_EPOCHS`
+  complete epochs in a row, from the second step on (the first one
+  compiles), the following epochs load in a worker: then the loading a
+  worker takes over outweighs what it costs the step.
+  On 2 cores with torch's 2 threads a worker made the NCI training step,
+  whose collation is 16-24% of an epoch with the ``compile`` backend, 0.93
+  times as fast as loading inline (eight paired epochs), and a step whose
+  loading (parsing SMILES) is 32-38% of it 1.03-1.07 times as fast. The
+  NCI share varies from epoch to epoch with the machine's load: under the
+  earlier rule (25% of one epoch) one busy epoch could move the benchmark's
+  Async loader to a worker for the rest of the run (in one full run Async
+  fell 7-10% behind Sync from the round after an outlier on).
 
 ``POPTORCH_ASYNC_PLACEMENT`` overrides the choice: ``auto`` (default),
 ``worker`` or ``inline``. ``AsyncRebatched`` (and ``Async`` re-batching a
@@ -36,15 +42,19 @@ from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
-__all__ = ["PLACEMENT_ENV", "WORKER_LOADING_SHARE", "LoadingShare",
-           "async_placement", "available_cpus", "requested_placement"]
+__all__ = ["PLACEMENT_ENV", "WORKER_LOADING_EPOCHS", "WORKER_LOADING_SHARE",
+           "LoadingShare", "async_placement", "available_cpus",
+           "requested_placement"]
 
 PLACEMENT_ENV = "POPTORCH_ASYNC_PLACEMENT"
 _CHOICES = ("auto", "worker", "inline")
 
 #: The share of an epoch spent loading from which an inline Async loader
-#: moves to a worker process (see the module docstring).
-WORKER_LOADING_SHARE = 0.25
+#: moves to a worker process (see the module docstring)...
+WORKER_LOADING_SHARE = 0.30
+#: ... when that many complete epochs in a row reach it: one epoch slowed
+#: down by something else on the machine does not decide.
+WORKER_LOADING_EPOCHS = 2
 
 
 def available_cpus() -> int:

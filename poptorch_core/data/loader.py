@@ -17,7 +17,8 @@ from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
 from ._partition import DistributedPartitionSampler
-from ._placement import (PLACEMENT_ENV, WORKER_LOADING_SHARE, LoadingShare,
+from ._placement import (PLACEMENT_ENV, WORKER_LOADING_EPOCHS,
+                         WORKER_LOADING_SHARE, LoadingShare,
                          async_placement, available_cpus,
                          requested_placement)
 from .accessor import AsynchronousDataAccessor
@@ -109,6 +110,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
         self._async_inline = self._async_may_move = False  # _placement
+        self._heavy_loading_epochs = 0  # in a row, while loading inline
         mode = DataLoaderMode(mode)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -258,9 +260,10 @@ class DataLoader(torch.utils.data.DataLoader):
                     "does: torch's %d intra-op thread(s) leave none of the "
                     "%d CPU(s) this process may run on free for a worker "
                     "process. A worker takes over if loading turns out to "
-                    "take %d%% or more of an epoch. Set %s=worker to use one "
-                    "anyway.", torch.get_num_threads(), available_cpus(),
-                    round(WORKER_LOADING_SHARE * 100), PLACEMENT_ENV)
+                    "take %d%% or more of %d epochs in a row. Set %s=worker "
+                    "to use one anyway.", torch.get_num_threads(),
+                    available_cpus(), round(WORKER_LOADING_SHARE * 100),
+                    WORKER_LOADING_EPOCHS, PLACEMENT_ENV)
             self._async_inline, self._async_may_move = True, automatic
             self._async_options = async_options
             return
@@ -268,12 +271,18 @@ class DataLoader(torch.utils.data.DataLoader):
             self, **async_options)
 
     def _inline_epoch(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """An epoch of an Async loader that loads in this process; if it
-        runs to its end and loading took a large share of it, the following
-        epochs load in a worker process (``_placement``)."""
+        """An epoch of an Async loader that loads in this process; once
+        loading took a large share of enough complete epochs in a row, the
+        following epochs load in a worker process (``_placement``)."""
         timer = LoadingShare()
         yield from timer.watch(batches)
-        if timer.share is None or timer.share < WORKER_LOADING_SHARE or \
+        if timer.share is None:  # left early: it tells nothing
+            return
+        if timer.share < WORKER_LOADING_SHARE:
+            self._heavy_loading_epochs = 0
+            return
+        self._heavy_loading_epochs += 1
+        if self._heavy_loading_epochs < WORKER_LOADING_EPOCHS or \
                 not self._async_may_move:  # another epoch iterator moved
             return
         self._async_inline = self._async_may_move = False  # tried once
