@@ -110,7 +110,6 @@ class DataLoader(torch.utils.data.DataLoader):
         self._options = options
         self._accessor: Optional[AsynchronousDataAccessor] = None
         self._async_inline = self._async_may_move = False  # _placement
-        self._heavy_loading_epochs = 0  # in a row, while loading inline
         mode = DataLoaderMode(mode)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -265,6 +264,7 @@ class DataLoader(torch.utils.data.DataLoader):
                     available_cpus(), round(WORKER_LOADING_SHARE * 100),
                     WORKER_LOADING_EPOCHS, PLACEMENT_ENV)
             self._async_inline, self._async_may_move = True, automatic
+            self._heavy_loading_epochs = 0  # in a row (``_inline_epoch``)
             self._async_options = async_options
             return
         self._accessor = AsynchronousDataAccessor._for_loader(  # pylint: disable=protected-access
