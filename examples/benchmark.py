@@ -417,7 +417,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                    "graphs_per_batch": GRAPHS_PER_BATCH, "threads": threads,
                    # Where the Async setups start loading: a worker process,
                    # or this process when no CPU is free for one (until
-                   # loading takes a quarter of an epoch).
+                   # loading takes 30% of two epochs in a row).
                    "async_placement": async_placement(),
                    "fixed_sizes": {"num_graphs": sizes.num_graphs,
                                    "num_nodes": sizes.num_nodes,
