@@ -21,6 +21,9 @@ data (the embedded NCI TPSA molecules) and the same model
   PyG's ``DataLoader``. Both take the same number of optimizer steps per
   epoch: the packing budgets come from ``FixedSizeOptions.for_batch_size``
   (batches of 128 graphs on average, like PyG's ``batch_size=128``);
+  and each backend's ``DataLoaderMode.Async`` over ``Sync``, the median of
+  the two setups' ratios in each round (the setups take turns epoch by
+  epoch);
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
@@ -255,6 +258,16 @@ def _ratios(record: Dict[str, Any]) -> Dict[str, float]:
                 result["over_pyg_eager"]
     ratios["training_best_over_pyg_eager"] = max(
         r["over_pyg_eager"] for n, r in training.items() if n != "pyg_eager")
+    for backend in record["config"]["backends"]:
+        sync, asynchronous = (training.get(f"{backend}_{mode}")
+                              for mode in ("sync", "async"))
+        if sync and asynchronous:
+            # Per round: both over the same PyG epoch, so that cancels.
+            ratios[f"training_{backend}_async_over_sync"] = \
+                statistics.median(
+                    a / s for a, s in zip(
+                        asynchronous["over_pyg_eager_per_round"],
+                        sync["over_pyg_eager_per_round"]))
     ratios["executor_overhead_interpret_over_eager"] = \
         record["overhead"]["interpret_over_eager"]
     return ratios
@@ -295,6 +308,11 @@ def print_table(record: Dict[str, Any]) -> None:
         label = f"training {name} ({r['steps_per_epoch']} steps/epoch)"
         print(f"{label + ' (graphs/s)':52}"
               f"{r['graphs_per_s']:>12.0f}{r['over_pyg_eager']:>9.2f}")
+    for backend in record["config"]["backends"]:
+        key = f"training_{backend}_async_over_sync"
+        if key in ratios:
+            label = f"training {backend}, Async / Sync (paired rounds)"
+            print(f"{label:52}{'':>12}{ratios[key]:>9.2f}")
     o = record["overhead"]
     print(f"{'executor step, interpret / eager (ms)':52}"
           f"{o['interpret_step_ms']:>6.2f}/{o['eager_step_ms']:<5.2f}"

@@ -50,6 +50,7 @@ def test_ratios_are_finite_and_complete(record):
                 "collation_from_storage_over_pyg",
                 "training_interpret_sync_over_pyg_eager",
                 "training_interpret_async_over_pyg_eager",
+                "training_interpret_async_over_sync",
                 "training_best_over_pyg_eager",
                 "executor_overhead_interpret_over_eager"):
         assert isinstance(ratios[key], float) and math.isfinite(ratios[key]) \
@@ -92,6 +93,11 @@ def test_packing_and_training_entries(record):
         assert len(entry["over_pyg_eager_per_round"]) == 1  # --epochs 1
         assert entry["over_pyg_eager"] > 0
     assert data["training"]["pyg_eager"]["over_pyg_eager"] == 1.0
+    # Async over Sync pairs the rounds: with one round, the ratio of the two.
+    training = data["training"]
+    assert data["ratios"]["training_interpret_async_over_sync"] == \
+        pytest.approx(training["interpret_async"]["over_pyg_eager"] /
+                      training["interpret_sync"]["over_pyg_eager"])
     assert data["training"]["interpret_sync"][
         "compilations_measured_epochs"] == 0
 
