@@ -116,7 +116,8 @@ def test_a_parameter_the_loss_ignores_keeps_no_gradient():
                                 weight_decay=0.1)
     gen = torch.Generator().manual_seed(11)
     for _ in range(3):
-        x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 3, generator=gen)
+        x = torch.randn(8, 4, generator=gen)
+        y = torch.randn(8, 3, generator=gen)
         ipu(x, y)
         train_call(reference, ref_opt, (x, y))
     ipu.copyWeightsToHost()

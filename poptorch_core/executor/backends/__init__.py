@@ -5,7 +5,8 @@ backends (``_executable``) and the passes that prepare a graph for them.
 identities; ``_wide_inputs`` finds int64 inputs that may skip the int32
 round trip; ``_training_step`` traces a training micro-batch's forward
 pass, loss seed and gradients as one graph for ``compile``;
-``_cpu_inductor`` holds the ``compile`` backend's CPU passes; ``_isa_probe`` runs inductor's CPU vector-ISA check while the first graph
+``_cpu_inductor`` holds the ``compile`` backend's CPU passes;
+``_isa_probe`` runs inductor's CPU vector-ISA check while the first graph
 is traced; ``_background_builds`` builds the compiled C++ libraries while
 the rest of a compilation goes on; ``_host_memory`` keeps freed host
 memory for the next step; ``_aliasing`` answers which graph values share

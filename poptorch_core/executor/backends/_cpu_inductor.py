@@ -46,13 +46,14 @@ first step, whose compilation a user waits for:
   header); with the wrapper in C++ the forward and the backward graph are
   one library each, 4-6 s (a training step on the CPU is now one graph,
   ``_training_step``: one library). Steady steps take as long either way.
-* **The wrapper and the kernels as two objects** (``cpp_wrapper_build_separate``):
-  the wrapper (allocations and calls, built at -O1) and the kernels (at
-  -O3) are compiled by two ``g++`` runs side by side
-  (``_background_builds``), then linked. With the NCI GINE training step
-  as one graph, its one ``g++`` run had both on one core: the first step
-  took 14.5-14.8 s on a slow 2-core machine, 11.1 s with two objects;
-  steady steps took 1.01x as long (0.99-1.04, 20 interleaved rounds).
+* **The wrapper and the kernels as two objects**
+  (``cpp_wrapper_build_separate``): the wrapper (allocations and calls,
+  built at -O1) and the kernels (at -O3) are compiled by two ``g++`` runs
+  side by side (``_background_builds``), then linked. With the NCI GINE
+  training step as one graph, its one ``g++`` run had both on one core:
+  the first step took 14.5-14.8 s on a slow 2-core machine, 11.1 s with
+  two objects; steady steps took 1.01x as long (0.99-1.04, 20 interleaved
+  rounds).
 * **No precompiled header.** With two compiler runs per model, building
   the 150 MB precompiled header (about 8 s, the first time on a machine)
   costs more than it saves.
