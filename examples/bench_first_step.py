@@ -11,13 +11,22 @@ second run of a script does. The
 ``interpret`` backend compiles nothing, so its two figures are the cost of
 tracing alone.
 
+A cold first step on 2 cores keeps both busy (tracing and code generation
+on one, inductor's ISA check and then the C++ builds on both), so its time
+follows the machine's speed, which swings by up to 2x between minutes: one
+sample says little. Each figure is the median of ``samples`` pairs of runs
+(cold then warm, each pair in its own directory; the backends take turns),
+and the record keeps every sample.
+
 Usage::
 
     python examples/bench_first_step.py [--backends interpret compile]
+        [--samples 3]
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,20 +79,36 @@ def _run(backend: str, temp_dir: str, root: Optional[str]) -> Dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def first_step_seconds(backends: List[str],
-                       root: Optional[str] = None) -> Dict[str, Dict]:
-    """``{backend: {"cold_s", "warm_s", "steady_step_s"}}``: the first
-    call's seconds with an empty and with a filled inductor cache, and the
-    second call's (a steady step) for scale."""
-    out = {}
-    for backend in backends:
-        with tempfile.TemporaryDirectory(prefix="first-step-") as temp:
-            cold = _run(backend, temp, root)
-            warm = _run(backend, temp, root)
-        out[backend] = {"cold_s": cold["first_step_s"],
-                        "warm_s": warm["first_step_s"],
-                        "steady_step_s": warm["second_step_s"]}
-    return out
+def first_step_seconds(backends: List[str], root: Optional[str] = None,
+                       samples: int = 3) -> Dict[str, Dict]:
+    """``{backend: {"cold_s", "warm_s", "steady_step_s", "cold_samples_s",
+    "warm_samples_s"}}``: the first call's seconds with an empty and with a
+    filled inductor cache, and the second call's (a steady step) for scale,
+    each the median of ``samples`` measurements (all kept in the
+    ``*_samples_s`` lists)."""
+    if samples < 1:
+        raise ValueError(f"samples ({samples}) must be at least 1.")
+    runs: Dict[str, Dict[str, List[float]]] = {
+        backend: {"cold": [], "warm": [], "steady": []}
+        for backend in backends}
+    for _ in range(samples):
+        for backend in backends:
+            with tempfile.TemporaryDirectory(prefix="first-step-") as temp:
+                cold = _run(backend, temp, root)
+                warm = _run(backend, temp, root)
+            runs[backend]["cold"].append(cold["first_step_s"])
+            runs[backend]["warm"].append(warm["first_step_s"])
+            runs[backend]["steady"].append(warm["second_step_s"])
+    return {backend: {"cold_s": statistics.median(r["cold"]),
+                      "warm_s": statistics.median(r["warm"]),
+                      "steady_step_s": statistics.median(r["steady"]),
+                      "cold_samples_s": r["cold"],
+                      "warm_samples_s": r["warm"]}
+            for backend, r in runs.items()}
+
+
+def _seconds(values: List[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in values) + " s"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -92,11 +117,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                         default=["interpret", "compile"],
                         choices=("interpret", "compile"))
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--samples", type=int, default=3,
+                        help="cold and warm runs per backend (medians)")
     args = parser.parse_args(argv)
-    for backend, r in first_step_seconds(args.backends,
-                                         args.data_root).items():
+    for backend, r in first_step_seconds(args.backends, args.data_root,
+                                         args.samples).items():
         print(f"{backend:10} first step: cold {r['cold_s']:6.2f} s, warm "
-              f"{r['warm_s']:6.2f} s (a later step: "
+              f"{r['warm_s']:6.2f} s (medians of {args.samples}; "
+              f"cold {_seconds(r['cold_samples_s'])}, warm "
+              f"{_seconds(r['warm_samples_s'])}; a later step: "
               f"{r['steady_step_s'] * 1e3:.1f} ms)")
     return 0
 

@@ -28,6 +28,10 @@ data (the embedded NCI TPSA molecules) and the same model
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
   measured epochs (fixed shapes: once);
+* first step: seconds from a training model's first call to its first
+  result per backend, with an empty and with a warm inductor cache
+  (``bench_first_step.py``: medians of ``--first-step-samples`` pairs of
+  fresh processes, every sample kept);
 * the simulated IPU's estimate for the trained model (``simulationReport``):
   memory of the fullest IPU and roofline graphs/s on a Mk2 IPU;
 * sampling loaders (``bench_sampling.py``): seed nodes/s of the neighbour
@@ -318,8 +322,9 @@ def print_table(record: Dict[str, Any]) -> None:
           f"{o['interpret_step_ms']:>6.2f}/{o['eager_step_ms']:<5.2f}"
           f"{o['interpret_over_eager']:>9.3f}")
     for backend, r in record["first_step"].items():
-        print(f"{'first step, ' + backend + ' (s, cold / warm cache)':52}"
-              f"{r['cold_s']:>6.1f}/{r['warm_s']:<5.1f}")
+        label = f"first step, {backend} (s, cold / warm, median of " \
+            f"{len(r['cold_samples_s'])})"
+        print(f"{label:52}{r['cold_s']:>6.1f}/{r['warm_s']:<5.1f}")
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
     print(f"simulated IPU: {record['simulated_ipu']['summary']}")
@@ -390,6 +395,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5,
                         help="collation passes (median)")
     parser.add_argument("--overhead-rounds", type=int, default=60)
+    parser.add_argument("--first-step-samples", type=int, default=3,
+                        help="cold and warm first-step runs per backend "
+                             "(fresh processes; the record keeps their "
+                             "medians and every sample)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads for the training "
                              "measurements (default: torch's choice)")
@@ -406,6 +415,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.quick:
         args.limit = args.limit or 2000
         args.epochs, args.repeats, args.overhead_rounds = 1, 3, 30
+        args.first_step_samples = 1
         args.long_tailed_graphs = min(args.long_tailed_graphs, 1000)
     if args.backends is None:
         args.backends = ["interpret", "compile"]
@@ -448,9 +458,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     }
     progress(f"executor overhead ({args.overhead_rounds} rounds)")
     record["overhead"] = executor_overhead(dataset, sizes, args)
-    progress("first step per backend, cold and warm inductor cache "
-             "(fresh processes)")
-    record["first_step"] = first_step_seconds(args.backends, args.data_root)
+    progress(f"first step per backend, cold and warm inductor cache "
+             f"({args.first_step_samples} pair(s) of fresh processes)")
+    record["first_step"] = first_step_seconds(
+        args.backends, args.data_root, args.first_step_samples)
     record["compilations"] = {
         f"{name} ({key.split('_', 1)[1].replace('_', ' ')})": result[key]
         for name, result in record["training"].items()

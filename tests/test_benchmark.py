@@ -28,6 +28,7 @@ def record(tmp_path_factory):
     code = benchmark.main([
         "--limit", "400", "--epochs", "1", "--repeats", "1",
         "--overhead-rounds", "3", "--backends", "interpret",
+        "--first-step-samples", "1",
         "--data-root", str(root), "--out", str(out),
         "--plot", str(out.with_suffix(".png")),
         "--sampling-nodes", "5000", "--sampling-batches", "4",
@@ -148,6 +149,42 @@ def test_first_step_is_recorded_per_backend(record):
         assert result["cold_s"] > 0 and result["warm_s"] > 0
         # The first step traces (and compiles): it is slower than a step.
         assert result["cold_s"] > result["steady_step_s"]
+        # One sample each (--first-step-samples 1): the median is it.
+        assert result["cold_samples_s"] == [result["cold_s"]]
+        assert result["warm_samples_s"] == [result["warm_s"]]
+
+
+def test_first_step_figures_are_medians_of_turns(monkeypatch):
+    """Each backend's figures are the medians of its samples; the backends
+    take turns, and each cold run gets a fresh directory that its warm run
+    reuses."""
+    import sys
+    sys.path.insert(0, str(EXAMPLES))
+    import bench_first_step
+    calls = []
+    seconds = iter([9.0, 2.0, 0.5, 0.6, 12.0, 3.0, 0.7, 0.8,
+                    10.0, 1.0, 0.9, 0.4])
+
+    def fake_run(backend, temp_dir, root):
+        calls.append((backend, temp_dir))
+        return {"first_step_s": next(seconds), "second_step_s": 0.01}
+
+    monkeypatch.setattr(bench_first_step, "_run", fake_run)
+    out = bench_first_step.first_step_seconds(["compile", "interpret"],
+                                              samples=3)
+    assert [b for b, _ in calls] == ["compile", "compile", "interpret",
+                                     "interpret"] * 3
+    dirs = [d for _, d in calls]
+    assert all(dirs[i] == dirs[i + 1] for i in range(0, 12, 2))
+    assert len(set(dirs[::2])) == 6
+    assert out["compile"]["cold_samples_s"] == [9.0, 12.0, 10.0]
+    assert out["compile"]["cold_s"] == 10.0
+    assert out["compile"]["warm_s"] == 2.0
+    assert out["interpret"]["cold_s"] == 0.7
+    assert out["interpret"]["warm_samples_s"] == [0.6, 0.8, 0.4]
+    assert out["interpret"]["warm_s"] == 0.6
+    with pytest.raises(ValueError, match="at least 1"):
+        bench_first_step.first_step_seconds(["interpret"], samples=0)
 
 
 def _load_example(name: str):
