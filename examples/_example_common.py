@@ -28,8 +28,8 @@ from poptorch_core._files import atomic_write
 
 __all__ = ["CPU_COLUMN", "IPU_COLUMN", "TrainingLog", "add_common_arguments",
            "device_estimate", "example_parser", "ipu_options", "loss_change",
-           "masked_mean_loss", "percent", "results_table", "side_by_side",
-           "train_epochs", "write_json"]
+           "masked_mean_loss", "percent", "positive_int", "results_table",
+           "side_by_side", "train_epochs", "write_json"]
 
 #: Column titles of the two sides.
 IPU_COLUMN = "simulated IPU"
@@ -237,6 +237,14 @@ def device_estimate(ipu_model: Any, samples_per_micro_batch: float,
             "capacity_bytes": fullest.capacity,
             "step_seconds": report.step_seconds,
             f"estimated_{what}_per_second": rate, "summary": line}
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts that must be at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def write_json(path: Optional[str], summary: Dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ tracing alone.
 
 A cold first step on 2 cores keeps both busy (tracing and code generation
 on one, inductor's ISA check and then the C++ builds on both), so its time
-follows the machine's speed, which swings by up to 2x between minutes: one
+follows the machine's speed, which swings by up to 2x over a day: one
 sample says little. Each figure is the median of ``samples`` pairs of runs
 (cold then warm, each pair in its own directory; the backends take turns),
 and the record keeps every sample.
@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Dict, List, Optional
+
+from _example_common import positive_int
 
 _SCRIPT = r"""
 import json, sys, time
@@ -117,7 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         default=["interpret", "compile"],
                         choices=("interpret", "compile"))
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--samples", type=int, default=3,
+    parser.add_argument("--samples", type=positive_int, default=3,
                         help="cold and warm runs per backend (medians)")
     args = parser.parse_args(argv)
     for backend, r in first_step_seconds(args.backends, args.data_root,

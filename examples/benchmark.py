@@ -66,7 +66,7 @@ from _example_common import atomic_write, write_json  # noqa: E402
 from bench_first_step import first_step_seconds  # noqa: E402
 from bench_collation import (collation_throughput,  # noqa: E402
                              long_tailed_graphs, slot_efficiency)
-from _example_common import device_estimate  # noqa: E402
+from _example_common import device_estimate, positive_int  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 GRAPHS_PER_BATCH = 128
@@ -395,7 +395,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5,
                         help="collation passes (median)")
     parser.add_argument("--overhead-rounds", type=int, default=60)
-    parser.add_argument("--first-step-samples", type=int, default=3,
+    parser.add_argument("--first-step-samples", type=positive_int, default=3,
                         help="cold and warm first-step runs per backend "
                              "(fresh processes; the record keeps their "
                              "medians and every sample)")

@@ -34,17 +34,11 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import device_estimate, write_json  # noqa: E402
+from _example_common import (device_estimate, positive_int,  # noqa: E402
+                             write_json)
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -81,18 +75,18 @@ class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=_HelpWithDefaults)
-    parser.add_argument("--epochs", type=_positive_int, default=None,
+    parser.add_argument("--epochs", type=positive_int, default=None,
                         help="default: 40, or 5 with --quick")
-    parser.add_argument("--batch-size", type=_positive_int, default=128,
+    parser.add_argument("--batch-size", type=positive_int, default=128,
                         help="graphs per batch on average, as PyG's "
                              "DataLoader(batch_size) takes them: the fixed "
                              "sizes come from "
                              "FixedSizeOptions.for_batch_size")
-    parser.add_argument("--device-iterations", type=_positive_int,
+    parser.add_argument("--device-iterations", type=positive_int,
                         default=1, help="optimizer steps per call")
-    parser.add_argument("--gradient-accumulation", type=_positive_int,
+    parser.add_argument("--gradient-accumulation", type=positive_int,
                         default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--replication", type=_positive_int, default=1,
+    parser.add_argument("--replication", type=positive_int, default=1,
                         help="model replicas (simulated IPUs)")
     parser.add_argument("--backend", choices=("interpret", "compile"),
                         default=None,
@@ -101,16 +95,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         default="cpu", help="where the simulated IPU runs")
     parser.add_argument("--lr", type=_positive_float, default=3e-3,
                         help="Adam learning rate (cosine schedule)")
-    parser.add_argument("--hidden", type=_positive_int, default=64,
+    parser.add_argument("--hidden", type=positive_int, default=64,
                         help="hidden channels")
-    parser.add_argument("--layers", type=_positive_int, default=3,
+    parser.add_argument("--layers", type=positive_int, default=3,
                         help="message-passing layers")
     parser.add_argument("--val-fraction", type=_fraction, default=0.1,
                         help="share of the molecules held out")
     parser.add_argument("--data-root", default=None,
                         help="dataset cache (default: $POPTORCH_SIM_DATA_ROOT "
                              "or ./datasets)")
-    parser.add_argument("--limit", type=_positive_int, default=None,
+    parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N molecules (default: all, "
                              "or 1,000 with --quick)")
     parser.add_argument("--seed", type=int, default=0,

@@ -158,8 +158,7 @@ def test_first_step_figures_are_medians_of_turns(monkeypatch):
     """Each backend's figures are the medians of its samples; the backends
     take turns, and each cold run gets a fresh directory that its warm run
     reuses."""
-    import sys
-    sys.path.insert(0, str(EXAMPLES))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
     import bench_first_step
     calls = []
     seconds = iter([9.0, 2.0, 0.5, 0.6, 12.0, 3.0, 0.7, 0.8,
@@ -185,6 +184,9 @@ def test_first_step_figures_are_medians_of_turns(monkeypatch):
     assert out["interpret"]["warm_s"] == 0.6
     with pytest.raises(ValueError, match="at least 1"):
         bench_first_step.first_step_seconds(["interpret"], samples=0)
+    # The command lines reject a count of 0 before any run starts.
+    with pytest.raises(SystemExit):
+        bench_first_step.main(["--samples", "0"])
 
 
 def _load_example(name: str):
