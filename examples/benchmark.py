@@ -23,7 +23,7 @@ data (the embedded NCI TPSA molecules) and the same model
   (batches of 128 graphs on average, like PyG's ``batch_size=128``);
   and each backend's ``DataLoaderMode.Async`` over ``Sync``, the median of
   the two setups' ratios in each round (the setups take turns epoch by
-  epoch);
+  epoch, in reverse order every other round);
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch;
 * compilations: how many times the ``compile`` backend compiled during the
@@ -151,13 +151,35 @@ def _executor(dataset, model: MoleculeGNN, sizes, backend: str,
                   lambda graphs: device_estimate(ipu_model, graphs))
 
 
+def _rounds(setups: Dict[str, _Setup], rounds: int
+            ) -> Dict[str, List[Tuple[int, int, float]]]:
+    """``rounds`` rounds of one epoch per setup: ``{name: [(graphs, steps,
+    seconds), ...]}``, one entry per round. The setups take turns, in
+    reverse order every other round: in a fixed order each setup would
+    always follow the same one (Async the Sync setup of its backend, and
+    the first op after a switch of code paths runs on cold caches, 60-100
+    us on a 2-core VM) and drift within a round would always favour the
+    same end."""
+    out: Dict[str, List[Tuple[int, int, float]]] = {n: [] for n in setups}
+    names = list(setups)
+    for round_ in range(rounds):
+        progress(f"training: measured epoch {round_ + 1} of {rounds} "
+                 f"of each of {len(setups)} setups")
+        for name in (names if round_ % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            graphs, steps = setups[name].epoch()
+            out[name].append((graphs, steps, time.perf_counter() - start))
+    return out
+
+
 def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
     """Graphs/s per setup: after one warm-up epoch each (compilation, PyG's
-    templates, caches), the setups take turns epoch by epoch so that load on
-    the machine hits them alike; the median epoch counts. Each round of
-    turns also gives each setup's ratio over the PyG loop's epoch of the
-    same round, and ``over_pyg_eager`` is the median of those paired ratios
-    (steadier than a ratio of medians when the machine's speed drifts)."""
+    templates, caches), the setups take turns epoch by epoch (:func:`_rounds`)
+    so that load on the machine hits them alike; the median epoch counts.
+    Each round of turns also gives each setup's ratio over the PyG loop's
+    epoch of the same round, and ``over_pyg_eager`` is the median of those
+    paired ratios (steadier than a ratio of medians when the machine's speed
+    drifts)."""
     y = torch.cat([d.y.view(-1) for d in dataset])
     setups = {"pyg_eager": _pyg_eager(
         dataset, _new_model(y, GRAPHS_PER_BATCH, args.hidden))}
@@ -173,24 +195,13 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
         start = time.perf_counter()
         setup.epoch()
         results[name] = {"first_epoch_s": time.perf_counter() - start,
-                         "compilations_first_epoch": setup.compilations(),
-                         "epochs": []}
-    graphs_and_steps: Dict[str, List[Tuple[int, int]]] = {
-        name: [] for name in setups}
-    for epoch in range(args.epochs):
-        progress(f"training: measured epoch {epoch + 1} of {args.epochs} "
-                 f"of each of {len(setups)} setups")
-        for name, setup in setups.items():
-            start = time.perf_counter()
-            graphs, steps = setup.epoch()
-            results[name]["epochs"].append(
-                (graphs, time.perf_counter() - start))
-            results[name]["steps_per_epoch"] = steps
-            graphs_and_steps[name].append((graphs, steps))
-    pyg_rates = [g / t for g, t in results["pyg_eager"]["epochs"]]
+                         "compilations_first_epoch": setup.compilations()}
+    measured = _rounds(setups, args.epochs)
+    pyg_rates = [g / t for g, _, t in measured["pyg_eager"]]
     for name, setup in setups.items():
         result = results[name]
-        rates = [g / t for g, t in result.pop("epochs")]
+        rates = [g / t for g, _, t in measured[name]]
+        result["steps_per_epoch"] = measured[name][-1][1]
         result["graphs_per_s"] = statistics.median(rates)
         result["over_pyg_eager_per_round"] = [
             rate / pyg for rate, pyg in zip(rates, pyg_rates)]
@@ -200,7 +211,7 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
             setup.compilations() - result["compilations_first_epoch"]
         if setup.estimate is not None:
             result["simulated_ipu"] = setup.estimate(
-                statistics.mean(g / s for g, s in graphs_and_steps[name]))
+                statistics.mean(g / s for g, s, _ in measured[name]))
         setup.close()
     return results
 

@@ -154,6 +154,26 @@ def test_first_step_is_recorded_per_backend(record):
         assert result["warm_samples_s"] == [result["warm_s"]]
 
 
+def test_setups_take_turns_in_alternating_order(record):
+    """Each round runs one epoch of every setup; odd rounds run them in
+    reverse, so no setup always follows the same one."""
+    benchmark, _ = record
+    calls = []
+
+    def setup(name, graphs):
+        def epoch():
+            calls.append(name)
+            return graphs, 3
+        return benchmark._Setup(epoch)
+
+    setups = {"a": setup("a", 10), "b": setup("b", 20), "c": setup("c", 30)}
+    measured = benchmark._rounds(setups, 3)
+    assert calls == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert [g for g, _, _ in measured["b"]] == [20, 20, 20]
+    assert all(steps == 3 and seconds >= 0
+               for runs in measured.values() for _, steps, seconds in runs)
+
+
 def test_first_step_figures_are_medians_of_turns(monkeypatch):
     """Each backend's figures are the medians of its samples; the backends
     take turns, and each cold run gets a fresh directory that its warm run
