@@ -154,10 +154,10 @@ def test_first_step_is_recorded_per_backend(record):
         assert result["warm_samples_s"] == [result["warm_s"]]
 
 
-def test_setups_take_turns_in_alternating_order(record):
+def test_setups_take_turns_in_alternating_order():
     """Each round runs one epoch of every setup; odd rounds run them in
     reverse, so no setup always follows the same one."""
-    benchmark, _ = record
+    benchmark = _load_benchmark()
     calls = []
 
     def setup(name, graphs):
