@@ -59,6 +59,27 @@ def test_batch_round_trip_keeps_counts():
     assert rebuilt.x.shape[0] == 10
 
 
+def test_batch_rebuilt_like_pygs_constructor():
+    # The rebuilt batch's store must be what ``Batch(**tensors,
+    # _base_cls=Data)`` makes: the same keys in the same order (named
+    # arguments of ``Data.__init__`` first), the same tensor objects.
+    graphs = [graph(3, 2, y=torch.ones(1), pos=torch.zeros(3, 2),
+                    a_mask=torch.ones(3, dtype=torch.bool), name="n"),
+              graph(2, 1, y=torch.zeros(1), pos=torch.ones(2, 2),
+                    a_mask=torch.zeros(2, dtype=torch.bool), name="m")]
+    batch = Batch.from_data_list(graphs)
+    parser = PyGArgsParser()
+    tensors = list(parser.yieldTensors(batch))
+    rebuilt = parser.reconstruct(batch, iter(tensors))
+    keys = sorted(k for k, v in batch.items() if torch.is_tensor(v))
+    reference = Batch(**dict(zip(keys, tensors)), _base_cls=Data)
+    counts = ["num_nodes", "num_edges"]
+    assert list(rebuilt._store._mapping) == \
+        list(reference._store._mapping) + counts
+    assert all(rebuilt[k] is reference[k] for k in keys)
+    assert "name" not in rebuilt and rebuilt.num_graphs == 2
+
+
 def test_hetero_batch_round_trip_keeps_counts_and_non_tensors():
     batch = Batch.from_data_list([_hetero(), _hetero()])
     parser = PyGArgsParser()
