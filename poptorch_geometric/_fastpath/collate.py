@@ -120,7 +120,8 @@ class _SizeTensors:
 
 
 def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
-                    offsets: _Offsets, size_tensors: _SizeTensors):
+                    offsets: _Offsets, size_tensors: _SizeTensors,
+                    bookkeeping: bool = True):
     v0 = columns.first(spec.key)
     if spec.cat_dim is None:  # 0-dim: one entry per graph, as PyG unsqueezes
         column = columns.column(spec.key)
@@ -128,7 +129,6 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
     else:
         dim = spec.cat_dim % v0.dim()
         real_sizes, shape = columns.sizes(spec.key, dim), list(v0.shape)
-    sizes = size_tensors.get(real_sizes, pad_sizes)
     num_real = sum(real_sizes)
     shape[dim] = num_real + sum(pad_sizes)
     out = torch.empty(shape, dtype=v0.dtype)
@@ -144,8 +144,12 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
                                 offsets.real_counts(len(real_sizes)))
     out.narrow(dim, num_real, shape[dim] - num_real).fill_(spec.fill)
 
+    offset = spec.incremented and offsets.active
+    if not (bookkeeping or offset):
+        return out, None, None
+    sizes = size_tensors.get(real_sizes, pad_sizes)
     incs = offsets.incs(spec.incremented)
-    if spec.incremented and offsets.active:
+    if offset:
         # One offset per element along ``dim``, broadcast over the others;
         # the dtype follows PyG's ``value + 0-dim int64 tensor``.
         per_element = torch.from_numpy(np.repeat(incs.numpy(),
@@ -156,7 +160,7 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
         per_element = per_element.to(dtype).view(view)
         out = out.add_(per_element) if dtype == out.dtype \
             else out.to(dtype) + per_element
-    return out, _ptr(sizes.numpy()), incs
+    return out, _ptr(sizes.numpy()) if bookkeeping else None, incs
 
 
 def _collate_values(spec: AttrSpec, column: List[Any], num_pad: int,
@@ -172,14 +176,24 @@ def _collate_values(spec: AttrSpec, column: List[Any], num_pad: int,
     return value, slices, incs
 
 
+def _follow(out_store: Any, key: str, slices: Tensor) -> None:
+    """PyG's ``follow_batch`` vector and pointer of ``key``."""
+    repeats = slices[1:] - slices[:-1]
+    out_store[f"{key}_batch"] = torch.repeat_interleave(
+        torch.arange(len(repeats)), repeats)
+    out_store[f"{key}_ptr"] = cumsum(repeats)
+
+
 def fast_collate(data_list: List[Data], columns: Optional[Columns],
                  plan: PaddingPlan, node_counts: List[int],
-                 follow_batch: List[str],
-                 exclude_keys: List[str]) -> Optional[Batch]:
+                 follow_batch: List[str], exclude_keys: List[str],
+                 bookkeeping: bool = True) -> Optional[Batch]:
     """``Batch.from_data_list(data_list + padding graphs of plan)`` built
     without the padding graphs, or None when unsupported (see the module
     docstring). ``columns`` are ``data_list``'s (None when not plain
-    ``Data``) and ``node_counts`` the real graphs' node counts."""
+    ``Data``) and ``node_counts`` the real graphs' node counts. Without
+    ``bookkeeping``, no ``_slice_dict`` and ``_inc_dict`` (read by
+    ``get_example``), for callers that keep only tensors and counts."""
     if plan.hetero or columns is None:
         return None
     specs = {spec.key: spec for spec in plan.specs[None]}
@@ -189,6 +203,8 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
     if not _gather(columns, keys):
         return None
 
+    # ``follow_batch`` vectors are built from the slices.
+    bookkeeping = bookkeeping or bool(follow_batch)
     shares = plan.node_shares[None]
     offsets = _Offsets(node_counts + shares)
     size_tensors = _SizeTensors()
@@ -211,15 +227,12 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
         else:
             value, slices, incs = _collate_tensor(
                 spec, columns, share_sizes(plan, None, spec), offsets,
-                size_tensors)
+                size_tensors, bookkeeping)
         out_store[key] = value
         slice_dict[key] = slices
         inc_dict[key] = incs
         if key in follow_batch:
-            repeats = slices[1:] - slices[:-1]
-            out_store[f"{key}_batch"] = torch.repeat_interleave(
-                torch.arange(len(repeats)), repeats)
-            out_store[f"{key}_ptr"] = cumsum(repeats)
+            _follow(out_store, key, slices)
 
     if first.can_infer_num_nodes:
         out_store.batch = torch.from_numpy(np.repeat(
@@ -227,6 +240,7 @@ def fast_collate(data_list: List[Data], columns: Optional[Columns],
             offsets.counts.numpy()))
         out_store.ptr = offsets.ptr
     out._num_graphs = offsets.num_graphs
-    out._slice_dict = slice_dict
-    out._inc_dict = inc_dict
+    if bookkeeping:
+        out._slice_dict = slice_dict
+        out._inc_dict = inc_dict
     return out

@@ -187,19 +187,32 @@ def test_storage_batches_match_reference(graphs, data, follow):
     assert_batches_identical(out, expected)
 
 
-def test_combined_batching_keeps_the_storage_path():
+@pytest.mark.parametrize("follow_batch", [None, ["x"]])
+def test_combined_batching_keeps_the_storage_path(follow_batch):
+    # The combined collater asks the fast path for tensors and counts only
+    # (no slice bookkeeping, unless follow_batch needs the slices): the
+    # combined batch must still be the one PyG's batching gives, key for
+    # key and count for count.
     ds = Graphs(_graphs(8))
     fetched = CachedGraphs(ds).__getitems__([5, 2, 7, 1])
     opts = FixedSizeOptions(num_nodes=12, num_edges=16, num_graphs=3)
-    collater = CombinedBatchingCollater(FixedSizeCollater(opts),
-                                        mini_batch_size=2)
+
+    def combined(fast_path):
+        return CombinedBatchingCollater(
+            FixedSizeCollater(opts, add_masks_to_batch=True,
+                              follow_batch=follow_batch,
+                              fast_path=fast_path), mini_batch_size=2)
+
     with fast_path_only():
-        out = collater(fetched)
-    plain = CombinedBatchingCollater(FixedSizeCollater(opts, fast_path=False),
-                                     mini_batch_size=2)([ds[i]
-                                                         for i in (5, 2, 7, 1)])
-    for key in ("x", "edge_index", "edge_attr", "y", "batch"):
-        assert torch.equal(out[key], plain[key]), key
+        out = combined(True)(fetched)
+    plain = combined(False)([ds[i] for i in (5, 2, 7, 1)])
+    assert list(out.keys()) == list(plain.keys())
+    assert "x_batch" in out.keys() or not follow_batch
+    for key in plain.keys():
+        if torch.is_tensor(plain[key]):
+            assert torch.equal(out[key], plain[key]), key
+    assert (out.num_graphs, out.num_nodes, out.num_edges) == \
+        (plain.num_graphs, plain.num_nodes, plain.num_edges) == (3, 12, 16)
 
 
 def _assert_loader_matches_pyg_batching(dataset):
