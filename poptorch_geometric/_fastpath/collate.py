@@ -119,6 +119,29 @@ class _SizeTensors:
         return tensor
 
 
+def _concat_and_fill(spec: AttrSpec, columns: Columns, dim: int,
+                     real_sizes: List[int], shape: List[int], pad: int,
+                     offsets: _Offsets) -> Tensor:
+    """The graphs' tensors ``spec.key`` concatenated along ``dim`` (their
+    ``shape`` otherwise), then ``pad`` entries of the spec's fill."""
+    num_real = sum(real_sizes)
+    shape[dim] = num_real + pad
+    out = torch.empty(shape, dtype=columns.first(spec.key).dtype)
+    if spec.cat_dim is None:
+        torch.stack(columns.column(spec.key),
+                    out=out.narrow(0, 0, num_real))
+    else:
+        columns.concat(spec.key, dim, out.narrow(dim, 0, num_real))
+        if spec.key == "edge_index" and not isinstance(columns,
+                                                       StorageColumns):
+            # The graphs' own indices, before the batch offsets: each must
+            # point to a node of its graph (a storage was checked once).
+            check_local_indices(out.narrow(dim, 0, num_real), real_sizes,
+                                offsets.real_counts(len(real_sizes)))
+    out.narrow(dim, num_real, pad).fill_(spec.fill)
+    return out
+
+
 def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
                     offsets: _Offsets, size_tensors: _SizeTensors,
                     bookkeeping: bool = True):
@@ -129,21 +152,11 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
     else:
         dim = spec.cat_dim % v0.dim()
         real_sizes, shape = columns.sizes(spec.key, dim), list(v0.shape)
-    num_real = sum(real_sizes)
-    shape[dim] = num_real + sum(pad_sizes)
-    out = torch.empty(shape, dtype=v0.dtype)
-    if spec.cat_dim is None:
-        torch.stack(column, out=out.narrow(0, 0, num_real))
-    else:
-        columns.concat(spec.key, dim, out.narrow(dim, 0, num_real))
-        if spec.key == "edge_index" and not isinstance(columns,
-                                                       StorageColumns):
-            # The graphs' own indices, before the batch offsets: each must
-            # point to a node of its graph (a storage was checked once).
-            check_local_indices(out.narrow(dim, 0, num_real), real_sizes,
-                                offsets.real_counts(len(real_sizes)))
-    out.narrow(dim, num_real, shape[dim] - num_real).fill_(spec.fill)
-
+    out = None if spec.cat_dim is None else columns.padded_concat(
+        spec.key, dim, sum(pad_sizes), spec.fill)
+    if out is None:
+        out = _concat_and_fill(spec, columns, dim, real_sizes, shape,
+                               sum(pad_sizes), offsets)
     offset = spec.incremented and offsets.active
     if not (bookkeeping or offset):
         return out, None, None

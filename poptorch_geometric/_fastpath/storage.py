@@ -63,6 +63,14 @@ def _reads_storage_slices(dataset: Any) -> bool:
             and type(getattr(dataset, "_data", None)) is Data)
 
 
+#: Largest storage tensor, in bytes, that gets a padded copy
+#: (:meth:`GraphStorage.padded`): one gather then makes a whole padded batch
+#: tensor, where filling the padding takes three more tensor operations per
+#: key (a tenth of an NCI batch's collation); a second copy of a larger
+#: tensor would cost more memory than that is worth.
+PADDED_COPY_BYTES = 64 * 2**20
+
+
 class GraphStorage:
     """The storage of an ``InMemoryDataset`` for the keys it can serve.
 
@@ -89,6 +97,7 @@ class GraphStorage:
         self._group: Dict[str, str] = {}
         self._starts: Dict[str, np.ndarray] = {}
         self._counts: Dict[str, np.ndarray] = {}
+        self._padded: Dict[Tuple[str, type, str], Tensor] = {}
         num_stored = None
         for key, value in store.items():
             ptr = slices.get(key)
@@ -174,16 +183,40 @@ class GraphStorage:
         return self._counts[self._group[key]][positions]
 
     def gather_index(self, key: str, positions: np.ndarray,
-                     sizes: np.ndarray) -> Tensor:
+                     sizes: np.ndarray, pad: int = 0) -> Tensor:
         """Where the concatenation of served ``key`` over ``positions``
         sits in the storage, along the cat dim (``sizes`` are
-        :meth:`sizes` of the same positions)."""
+        :meth:`sizes` of the same positions), then ``pad`` times the
+        position of :meth:`padded`'s fill entry."""
         # Element j of graph g sits at starts[g] + j in the storage and at
         # ends_before[g] + j in the batch.
         shift = self._starts[self._group[key]][positions] - \
             (np.cumsum(sizes) - sizes)
-        return torch.from_numpy(np.repeat(shift, sizes) +
-                                np.arange(int(sizes.sum())))
+        real = int(sizes.sum())
+        index = np.empty(real + pad, dtype=np.int64)
+        np.add(np.repeat(shift, sizes), np.arange(real), out=index[:real])
+        index[real:] = self._values[key].shape[self._cat_dims[key]]
+        return torch.from_numpy(index)
+
+    def padded(self, key: str, fill: Any) -> Optional[Tensor]:
+        """Served ``key``'s storage tensor with one entry of ``fill``
+        appended along its cat dim, made once per key and fill, so that a
+        padded batch tensor is one gather (:meth:`gather_index` with
+        ``pad``); None for a tensor over :data:`PADDED_COPY_BYTES`."""
+        value, dim = self._values[key], self._cat_dims[key]
+        if value.numel() * value.element_size() > PADDED_COPY_BYTES:
+            return None
+        # The type too: 0, 0.0 and False fill alike but are separate keys.
+        cache_key = (key, type(fill), str(fill))
+        padded = self._padded.get(cache_key)
+        if padded is None:
+            shape = list(value.shape)
+            shape[dim] = 1
+            # ``fill_`` casts the fill as the collation's padding does.
+            entry = torch.empty(shape, dtype=value.dtype).fill_(fill)
+            padded = torch.cat([value, entry], dim)
+            self._padded[cache_key] = padded
+        return padded
 
     def gather(self, key: str, index: Tensor,
                out: Optional[Tensor] = None) -> Tensor:

@@ -101,6 +101,14 @@ class Columns:
         into ``out`` (plain tensors only)."""
         torch.cat(self.column(key), dim=dim, out=out)
 
+    def padded_concat(self, key: str, dim: int, pad: int,
+                      fill: Any) -> Optional[Tensor]:
+        """The graphs' tensors ``key`` concatenated along ``dim`` and
+        followed by ``pad`` entries of ``fill`` in one operation, or None
+        where that takes more than :meth:`concat` and a fill (here:
+        always)."""
+        return None
+
     def node_counts(self) -> Optional[List[int]]:
         """Every graph's ``num_nodes`` as PyG infers it, or None when that
         needs PyG's own walk through the store."""
@@ -173,7 +181,7 @@ class StorageColumns(Columns):
         self.positions = positions
         self._size_arrays: Dict[str, Any] = {}
         self._size_lists: Dict[str, List[int]] = {}
-        self._indices: Dict[str, Tensor] = {}
+        self._indices: Dict[Tuple[str, int], Tensor] = {}
 
     def _sizes_of(self, key: str) -> Any:
         group = self.storage.group(key)
@@ -211,17 +219,31 @@ class StorageColumns(Columns):
         # One storage tensor: one dtype, dense, on the CPU, no gradients.
         return self.storage.serves(key) or super().plain_tensors(key)
 
+    def _gather_index(self, key: str, pad: int) -> Tensor:
+        # Keys with equal slices share one index per padding length.
+        group = (self.storage.group(key), pad)
+        index = self._indices.get(group)
+        if index is None:
+            index = self.storage.gather_index(key, self.positions,
+                                              self._sizes_of(key), pad)
+            self._indices[group] = index
+        return index
+
     def concat(self, key: str, dim: int, out: Tensor) -> None:
         if not self.storage.serves(key, dim):
             super().concat(key, dim, out)
             return
-        group = self.storage.group(key)
-        index = self._indices.get(group)
-        if index is None:
-            index = self.storage.gather_index(key, self.positions,
-                                              self._sizes_of(key))
-            self._indices[group] = index
-        self.storage.gather(key, index, out=out)
+        self.storage.gather(key, self._gather_index(key, 0), out=out)
+
+    def padded_concat(self, key: str, dim: int, pad: int,
+                      fill: Any) -> Optional[Tensor]:
+        if not self.storage.serves(key, dim):
+            return None
+        padded = self.storage.padded(key, fill)
+        if padded is None:
+            return None
+        return padded.index_select(self.storage.cat_dim(key),
+                                   self._gather_index(key, pad))
 
 
 def cat_dim(key: str) -> int:

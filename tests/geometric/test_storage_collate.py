@@ -156,6 +156,37 @@ def test_cached_graphs_hand_out_each_graph_built_once():
         assert torch.equal(graph.edge_index, ds[index].edge_index)
 
 
+@pytest.mark.parametrize("limit", [None, 0])
+def test_padded_gather_and_fill_in_place_give_the_same_batch(
+        monkeypatch, limit):
+    # A storage tensor within the limit gets a padded copy (one gather per
+    # batch tensor); over it, the padding is filled into the batch.
+    import poptorch_geometric._fastpath.storage as storage_module
+    if limit is not None:
+        monkeypatch.setattr(storage_module, "PADDED_COPY_BYTES", limit)
+    ds = Graphs(_graphs(8))
+    indices = [6, 1, 3]
+    opts = FixedSizeOptions(num_nodes=16, num_edges=20, num_graphs=5,
+                            node_pad_value=-1.5, edge_pad_value=7,
+                            graph_pad_value=-3.0)
+    with fast_path_only():
+        out = FixedSizeCollater(opts, add_masks_to_batch=True)(
+            CachedGraphs(ds).__getitems__(indices))
+    expected = FixedSizeCollater(opts, add_masks_to_batch=True,
+                                 fast_path=False)([ds[i] for i in indices])
+    assert_batches_identical(out, expected)
+    storage = GraphStorage.of(ds)
+    padded = storage.padded("x", -1.5)
+    if limit == 0:
+        assert padded is None
+        return
+    assert padded is storage.padded("x", -1.5)  # made once
+    assert torch.equal(padded[:-1], ds._data.x)
+    assert torch.equal(padded[-1], torch.full_like(ds._data.x[0], -1.5))
+    # 0 and False fill alike but are kept apart.
+    assert storage.padded("y", 0) is not storage.padded("y", False)
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs=homogeneous_graphs(max_graphs=8), data=st.data(),
