@@ -70,6 +70,12 @@ def _reads_storage_slices(dataset: Any) -> bool:
 #: tensor would cost more memory than that is worth.
 PADDED_COPY_BYTES = 64 * 2**20
 
+#: Dtypes whose tensors NumPy can view (``Tensor.numpy``).
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+    torch.int64, torch.float16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128})
+
 
 class GraphStorage:
     """The storage of an ``InMemoryDataset`` for the keys it can serve.
@@ -197,6 +203,22 @@ class GraphStorage:
         np.add(np.repeat(shift, sizes), np.arange(real), out=index[:real])
         index[real:] = self._values[key].shape[self._cat_dims[key]]
         return torch.from_numpy(index)
+
+    def gather_padded(self, key: str, fill: Any,
+                      index: Tensor) -> Optional[Tensor]:
+        """The entries ``index`` (from :meth:`gather_index` with a
+        ``pad``) of served ``key`` along its cat dim, read from its
+        :meth:`padded` copy; None where it has none."""
+        padded = self.padded(key, fill)
+        if padded is None:
+            return None
+        dim = self._cat_dims[key]
+        if padded.dtype in _NUMPY_DTYPES:
+            # NumPy's take costs about half of index_select's time here
+            # (fewer layers between the call and the copy).
+            return torch.from_numpy(np.take(padded.numpy(), index.numpy(),
+                                            axis=dim))
+        return padded.index_select(dim, index)
 
     def padded(self, key: str, fill: Any) -> Optional[Tensor]:
         """Served ``key``'s storage tensor with one entry of ``fill``

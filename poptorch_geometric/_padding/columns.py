@@ -237,13 +237,11 @@ class StorageColumns(Columns):
 
     def padded_concat(self, key: str, dim: int, pad: int,
                       fill: Any) -> Optional[Tensor]:
-        if not self.storage.serves(key, dim):
+        if not self.storage.serves(key, dim) or \
+                self.storage.padded(key, fill) is None:
             return None
-        padded = self.storage.padded(key, fill)
-        if padded is None:
-            return None
-        return padded.index_select(self.storage.cat_dim(key),
-                                   self._gather_index(key, pad))
+        return self.storage.gather_padded(key, fill,
+                                          self._gather_index(key, pad))
 
 
 def cat_dim(key: str) -> int:

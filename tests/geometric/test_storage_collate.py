@@ -187,6 +187,25 @@ def test_padded_gather_and_fill_in_place_give_the_same_batch(
     assert storage.padded("y", 0) is not storage.padded("y", False)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32,
+                                   torch.bool])
+def test_padded_gather_of_every_dtype(dtype):
+    # NumPy gathers the dtypes it can view; bfloat16 is index_select's.
+    graphs = _graphs(6)
+    for g in graphs:
+        g.x = (g.x * 3).to(dtype)
+    ds = Graphs(graphs)
+    opts = FixedSizeOptions(num_nodes=14, num_edges=20, num_graphs=4,
+                            node_pad_value=1)
+    with fast_path_only():
+        out = FixedSizeCollater(opts)(CachedGraphs(ds).__getitems__(
+            [4, 0, 2]))
+    expected = FixedSizeCollater(opts, fast_path=False)(
+        [ds[i] for i in (4, 0, 2)])
+    assert out.x.dtype == dtype
+    assert_batches_identical(out, expected)
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs=homogeneous_graphs(max_graphs=8), data=st.data(),
