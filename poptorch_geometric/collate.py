@@ -20,6 +20,7 @@ import enum
 import os
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
+import numpy as np
 import torch
 from torch_geometric.data import Batch, HeteroData
 from torch_geometric.data.data import BaseData
@@ -414,7 +415,12 @@ def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
 
 
 def _prefix_mask(length: int, num_true: int) -> torch.Tensor:
-    return torch.arange(length) < num_true
+    """A bool tensor of ``length`` whose first ``num_true`` entries are
+    True (built in NumPy: one tensor operation fewer per mask, three
+    masks per batch)."""
+    mask = np.zeros(length, dtype=np.bool_)
+    mask[:max(num_true, 0)] = True
+    return torch.from_numpy(mask)
 
 
 class CombinedBatchingCollater:
