@@ -204,14 +204,11 @@ class GraphStorage:
         index[real:] = self._values[key].shape[self._cat_dims[key]]
         return torch.from_numpy(index)
 
-    def gather_padded(self, key: str, fill: Any,
-                      index: Tensor) -> Optional[Tensor]:
+    def gather_padded(self, key: str, padded: Tensor,
+                      index: Tensor) -> Tensor:
         """The entries ``index`` (from :meth:`gather_index` with a
         ``pad``) of served ``key`` along its cat dim, read from its
-        :meth:`padded` copy; None where it has none."""
-        padded = self.padded(key, fill)
-        if padded is None:
-            return None
+        :meth:`padded` copy ``padded``."""
         dim = self._cat_dims[key]
         if padded.dtype in _NUMPY_DTYPES:
             # NumPy's take costs about half of index_select's time here

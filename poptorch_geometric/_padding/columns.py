@@ -237,10 +237,12 @@ class StorageColumns(Columns):
 
     def padded_concat(self, key: str, dim: int, pad: int,
                       fill: Any) -> Optional[Tensor]:
-        if not self.storage.serves(key, dim) or \
-                self.storage.padded(key, fill) is None:
+        if not self.storage.serves(key, dim):
             return None
-        return self.storage.gather_padded(key, fill,
+        padded = self.storage.padded(key, fill)
+        if padded is None:
+            return None
+        return self.storage.gather_padded(key, padded,
                                           self._gather_index(key, pad))
 
 
