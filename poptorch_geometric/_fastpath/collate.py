@@ -152,11 +152,12 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
     else:
         dim = spec.cat_dim % v0.dim()
         real_sizes, shape = columns.sizes(spec.key, dim), list(v0.shape)
+    pad = sum(pad_sizes)
     out = None if spec.cat_dim is None else columns.padded_concat(
-        spec.key, dim, sum(pad_sizes), spec.fill)
+        spec.key, dim, pad, spec.fill)
     if out is None:
-        out = _concat_and_fill(spec, columns, dim, real_sizes, shape,
-                               sum(pad_sizes), offsets)
+        out = _concat_and_fill(spec, columns, dim, real_sizes, shape, pad,
+                               offsets)
     offset = spec.incremented and offsets.active
     if not (bookkeeping or offset):
         return out, None, None
