@@ -10,7 +10,8 @@ applies one optimizer step per device iteration.
 """
 import contextlib
 import dataclasses
-from typing import Any, Dict, FrozenSet, List, Sequence
+from typing import (Any, Callable, Dict, FrozenSet, List, Optional,
+                    Sequence)
 
 import torch
 
@@ -19,8 +20,10 @@ from .._args_parser import flattenTensors, rebuildStructure
 from ..enums import OutputMode, ReductionType
 from ..errors import createPoptorchError
 from ..tracing.capture import CapturedModel
+from ._adam_in_graph import AdamInGraph, adam_in_graph
 from ._args import BoundArgs, InputSignature
 from .backends._executable import Executable
+from .backends._fused_adam import adam_coefficients
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
 from ._interrupts import deferred_interrupts, interrupted_call
@@ -88,6 +91,9 @@ class Program:
     #: other processes too, in a distributed run).
     gradient_reducer: GradientReducer = dataclasses.field(
         default_factory=GradientReducer)
+    #: What a step that applies its Adam update in the compiled graph
+    #: needs (``_adam_in_graph``).
+    adam_plan: AdamInGraph = dataclasses.field(default_factory=AdamInGraph)
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -157,6 +163,13 @@ class Program:
             for iteration in range(self.layout.device_iterations):
                 # Automatic loss scaling may change the scale after a step.
                 scale = float(self.device_optimizer.loss_scaling)
+                step = self._adam_in_graph_step(splits, iteration, scale)
+                if step is not None:
+                    with deferred_interrupts():
+                        outputs = step()
+                        applied += 1
+                    self._collect(collectors, outputs, iteration, 0, 0)
+                    continue
                 self._accumulate(splits, collectors, iteration, scale)
                 divisor = self._reduce()
                 with deferred_interrupts():
@@ -167,6 +180,32 @@ class Program:
                 param.grad = None  # a half-accumulated step is discarded
             raise interrupted_call(applied,
                                    self.layout.device_iterations) from None
+
+    def _adam_in_graph_step(self, splits, iteration: int, scale: float
+                            ) -> Optional[Callable[[], List[torch.Tensor]]]:
+        """One device iteration as one compiled graph, the Adam update
+        included (``_adam_in_graph``), compiled if need be: a function that
+        runs it and returns the graph's outputs; None when the step needs
+        the optimizer."""
+        found = adam_in_graph(self)
+        if found is None:
+            return None
+        packed, hp, plan = found
+        tensors = (self.state.params + self.state.buffers(0) +
+                   self._micro_inputs(splits, iteration, 0, 0))
+        run = self.executable.training_with_adam(
+            tensors, self.captured.loss_index, plan.key, plan.state)
+        if run is None:
+            return None
+        coefficients = adam_coefficients(
+            hp["lr"], hp["betas"], hp["eps"], hp["weight_decay"],
+            packed.step_count + 1, scale)
+
+        def step() -> List[torch.Tensor]:
+            outputs = run(tensors, plan.state, coefficients, scale)
+            self.device_optimizer.record_fused_step(packed)
+            return outputs
+        return step
 
     def _accumulate(self, splits, collectors, iteration: int,
                     scale: float) -> None:

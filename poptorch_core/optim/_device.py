@@ -163,14 +163,8 @@ class DeviceOptimizer:
         (``update_from_host``, ``write_state``); a step with other
         gradients drops the packing, as the per-parameter path then
         advances only some step counts."""
-        if self._packed is None:
-            kind = self._resolved.kind
-            self._packed = [PackedGroup.pack(
-                kind, [self._device_params[pid] for pid in ids],
-                [self._state[pid] for pid in ids], hp, self.fused_update)
-                for hp, ids in self._groups]
         groups = []
-        for packed, (hp, ids) in zip(self._packed, self._groups):
+        for packed, (hp, ids) in zip(self._packed_groups(), self._groups):
             if packed is not None:
                 groups.append((packed, hp))
             elif any(self._device_params[pid].grad is not None
@@ -184,6 +178,42 @@ class DeviceOptimizer:
             self._reduce(packed.gather_grads(), grad_divisor)
             packed.update(hp)
         return True
+
+    def _packed_groups(self) -> List[Optional[PackedGroup]]:
+        if self._packed is None:
+            kind = self._resolved.kind
+            self._packed = [PackedGroup.pack(
+                kind, [self._device_params[pid] for pid in ids],
+                [self._state[pid] for pid in ids], hp, self.fused_update)
+                for hp, ids in self._groups]
+        return self._packed
+
+    def fusable_adam(self) -> Optional[Tuple[PackedGroup, Dict[str, Any]]]:
+        """The one packed group, with its hyper-parameters, whose Adam or
+        AdamW update a compiled training graph may apply itself
+        (``executor.backends._fused_adam``): None when a step needs this
+        optimizer (several groups, a group not packed for torch's fused
+        kernel, gradient clipping, automatic loss scaling, float16
+        accumulation). The caller checks that exactly the packed
+        parameters require gradients, and records each step it applies
+        (:meth:`record_fused_step`)."""
+        attrs = self._resolved.attributes
+        if not self.fused_update or self._als is not None or \
+                len(self._groups) != 1 or \
+                math.isfinite(attrs.get("max_grad_norm", math.inf)) or \
+                attrs["accum_type"] == torch.float16:
+            return None
+        packed = self._packed_groups()[0]
+        if packed is None or not packed.fused:
+            return None
+        return packed, self._groups[0][0]
+
+    def record_fused_step(self, packed: PackedGroup) -> None:
+        """What :meth:`step` records besides the update, for a step that a
+        compiled graph applied to ``packed`` (:meth:`fusable_adam`): the
+        step count and the loss scale the gradients had."""
+        self.last_loss_scale = self.loss_scaling
+        packed.step_count += 1
 
     def _step_per_group(self, grad_divisor: float, max_norm: float) -> None:
         kind, attrs = self._resolved.kind, self._resolved.attributes

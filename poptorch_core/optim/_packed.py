@@ -8,7 +8,10 @@ that is the difference between about 1 ms and 0.1 ms per step. With
 ``fused=True`` (the ``compile`` backend) Adam and AdamW take one more step
 in that direction: torch's fused kernel makes one pass over the buffers
 instead of eight (a compiled NCI training epoch about 4% faster), equal to
-the rule within float rounding rather than bit for bit.
+the rule within float rounding rather than bit for bit. Where a step is
+one micro-batch, that backend applies the kernel's rule inside its compiled
+training graph instead (``executor._adam_in_graph``), on these same flat
+buffers.
 
 Invariant: while a :class:`PackedGroup` is alive, every parameter of the
 group that required gradients when it was packed, and each of its

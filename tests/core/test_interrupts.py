@@ -15,14 +15,18 @@ from ._models import MLP
 DEVICE_ITERATIONS = 5
 
 
-def _setup(backend="interpret"):
+def _setup(backend="interpret", groups=1):
+    """``groups`` > 1 splits the parameters over that many (identical)
+    parameter groups, which keeps the ``compile`` backend's Adam update out
+    of its training graph (``executor._adam_in_graph``)."""
     torch.manual_seed(0)
     model = MLP()
     reference = copy.deepcopy(model)
     opts = poptorch.Options().deviceIterations(DEVICE_ITERATIONS)
     opts.Simulator.backend(backend)
-    ipu = poptorch.trainingModel(
-        model, opts, torch.optim.Adam(model.parameters(), lr=0.01))
+    params = list(model.parameters())
+    ipu = poptorch.trainingModel(model, opts, torch.optim.Adam(
+        [{"params": params[i::groups]} for i in range(groups)], lr=0.01))
     x = torch.randn(DEVICE_ITERATIONS * 4, 4)
     y = torch.randn(DEVICE_ITERATIONS * 4, 3)
     ipu.compile(x, y)
@@ -66,8 +70,9 @@ def test_ctrl_c_while_a_step_updates_the_weights_finishes_that_step():
 @pytest.mark.parametrize("backend", ["interpret", "compile"])
 def test_ctrl_c_while_gradients_are_computed_discards_that_step(backend):
     """``interpret`` runs a micro-batch's forward then its backward;
-    ``compile`` runs both as one graph (``run_training``)."""
-    model, reference, ipu, x, y = _setup(backend)
+    ``compile`` runs both as one graph (``run_training``), the optimizer
+    update apart (two parameter groups)."""
+    model, reference, ipu, x, y = _setup(backend, groups=2)
     program = ipu._state.program
     name = "run" if backend == "interpret" else "run_training"
     run, runs = getattr(program.executable, name), []
@@ -86,6 +91,39 @@ def test_ctrl_c_while_gradients_are_computed_discards_that_step(backend):
     _assert_same_weights(model, reference)
     # The next call continues from there, as the eager loop does.
     setattr(program.executable, name, run)
+    ipu(x, y)
+    for i in range(DEVICE_ITERATIONS):
+        eager_optimizer.zero_grad()
+        reference(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
+        eager_optimizer.step()
+    _assert_same_weights(model, reference)
+
+
+def test_ctrl_c_while_a_compiled_step_runs_finishes_that_step():
+    """``compile`` runs a micro-batch's forward and backward pass and its
+    Adam update as one graph (``executor._adam_in_graph``): a Ctrl-C that
+    arrives while it runs stops the call after that step, not before."""
+    model, reference, ipu, x, y = _setup("compile")
+    program = ipu._state.program
+    prepare, runs = program.executable.training_with_adam, []
+
+    def prepare_with_ctrl_c(*args):
+        run = prepare(*args)
+        assert run is not None, "the update should run in the graph"
+
+        def run_with_ctrl_c(*run_args):
+            runs.append(1)
+            if len(runs) == 4:
+                signal.raise_signal(signal.SIGINT)  # arrives mid-step
+            return run(*run_args)
+        return run_with_ctrl_c
+    program.executable.training_with_adam = prepare_with_ctrl_c
+    with pytest.raises(KeyboardInterrupt,
+                       match=re.escape(": 4 optimizer step(s) were applied")):
+        ipu(x, y)
+    eager_optimizer = _eager_steps(reference, x, y, 4)
+    _assert_same_weights(model, reference)
+    program.executable.training_with_adam = prepare
     ipu(x, y)
     for i in range(DEVICE_ITERATIONS):
         eager_optimizer.zero_grad()

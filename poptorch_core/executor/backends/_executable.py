@@ -6,7 +6,9 @@ the same graph to inductor (``compile_fx``) on the first call, and compiles
 exactly once. A training micro-batch on the CPU
 (:meth:`Executable.run_training`) is traced with its loss seed and its
 gradients into one graph, which inductor compiles as one
-(``_training_step``); other graphs that need gradients are split into a
+(``_training_step``), with the optimizer's Adam update in it where the
+step allows (:meth:`Executable.training_with_adam`, ``_fused_adam``);
+other graphs that need gradients are split into a
 forward and a backward graph by AOTAutograd. On the CPU, row scatter-adds
 (message-passing sums, gather gradients) stay ATen ops and ``relu``'s
 backward saves no boolean mask, two things inductor's generated CPU code
@@ -31,7 +33,7 @@ the NCI model's first step) and check its guards before every call (about
 """
 import contextlib
 from typing import (Any, Callable, Dict, Hashable, Iterator, List,
-                    Sequence, Tuple)
+                    Optional, Sequence, Tuple)
 
 import torch
 import torch.fx
@@ -39,6 +41,8 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from ._fused_adam import (FusedAdamKey, FusedAdamState, FusedAdamStep,
+                          trace_fused_adam_step)
 from ._isa_probe import start_vec_isa_probe
 from ._training_step import TrainingStepGraph, trace_training_step
 
@@ -139,6 +143,8 @@ class Executable:
         self.compilations = 0
         self._compiled: Dict[Hashable, Callable] = {}
         self._steps: Dict[Hashable, Tuple[TrainingStepGraph, Callable]] = {}
+        self._adam_steps: Dict[Hashable,
+                               Optional[Tuple[FusedAdamStep, Callable]]] = {}
 
     def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """The graph's outputs, as a list, for ``tensors`` (parameters,
@@ -187,3 +193,45 @@ class Executable:
         outputs = flat[:step.num_outputs]
         return outputs, list(zip(step.grad_positions,
                                  flat[step.num_outputs:]))
+
+    def training_with_adam(self, tensors: Sequence[torch.Tensor],
+                           loss_index: int, key: FusedAdamKey,
+                           state: FusedAdamState
+                           ) -> Optional[Callable[..., List[torch.Tensor]]]:
+        """A micro-batch's forward and backward pass with the Adam update
+        of the packed parameters at ``key.positions`` as one compiled
+        graph (``_fused_adam``), compiled on the first request: call it as
+        ``run(tensors, state, coefficients, scale)`` for the graph's
+        outputs (the flat buffers of ``state`` are updated in place).
+        None, now and for later requests, when some packed parameter gets
+        no gradient (the optimizer must then skip it)."""
+        cache_key = (_variant(tensors), key)
+        if cache_key not in self._adam_steps:
+            step = trace_fused_adam_step(self.graph_module, tensors,
+                                         loss_index, key, state)
+            found = None
+            if step is not None:
+                with torch.no_grad():
+                    compiled = _compile_with_inductor(
+                        step.graph_module,
+                        [tensors[i].detach() for i in step.other_positions] +
+                        [state.param, state.exp_avg, state.exp_avg_sq,
+                         state.steps, torch.zeros(9), torch.ones(())])
+                self.compilations += 1
+                found = (step, compiled)
+            self._adam_steps[cache_key] = found
+        found = self._adam_steps[cache_key]
+        if found is None:
+            return None
+        step, compiled = found
+        others = step.other_positions
+
+        def run(tensors: Sequence[torch.Tensor], state: FusedAdamState,
+                coefficients: torch.Tensor,
+                scale: float) -> List[torch.Tensor]:
+            with torch.no_grad():
+                return list(compiled(
+                    *[tensors[i].detach() for i in others], state.param,
+                    state.exp_avg, state.exp_avg_sq, state.steps,
+                    coefficients, torch.tensor(scale, dtype=torch.float32)))
+        return run

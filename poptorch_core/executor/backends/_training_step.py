@@ -19,7 +19,9 @@ compiles it as one inference graph (one C++ library), free to fuse forward
 and backward kernels, and the executor adds its gradients to ``.grad``
 itself, as ``AccumulateGrad`` would. On the NCI GINE model a training step
 took 0.81-0.89 of the time the split graphs took (interleaved rounds),
-with bit-identical gradients.
+with bit-identical gradients. When the step is one micro-batch and the
+optimizer one packed Adam group, ``_fused_adam`` goes one step further and
+traces the update into the graph too.
 
 The gradients are autograd's own (``autograd.grad`` runs the same
 derivative formulas that ``backward()`` does), and the seed is computed as
