@@ -28,6 +28,8 @@ from typing import (Any, Callable, Dict, Iterator, List, Optional,
 
 import torch
 import torch.fx
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _dtypes, _impl
@@ -161,6 +163,11 @@ def _tracing_context(training: bool, device: torch.device,
         # Name scopes and attributes (poptorch.NameScope, Attribute,
         # MultiConv) are recorded in node.meta["custom"].
         stack.enter_context(torch.fx.traceback.preserve_node_meta())
+        # make_fx records each node's value as a fake tensor; tracing real
+        # tensors, it builds a new FakeTensorMode for every node unless a
+        # tracing context offers one (a quarter of the NCI model's capture).
+        stack.enter_context(tracing(TracingContext(
+            FakeTensorMode(allow_fallback_kernels=True))))
         stack.enter_context(_impl._OverwriteContextManager())
         try:
             _impl._run_pre_compile_hooks()

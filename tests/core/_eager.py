@@ -57,6 +57,16 @@ def train_call(model, optimizer, inputs, D=1, G=1, R=1, *, mean=True,
     return results
 
 
+def assert_outputs_match(out, loss, results, rtol=1e-4, atol=1e-5):
+    """A training call's ``All``-mode outputs ``out`` and ``loss`` against
+    :func:`train_call`'s ``results``, micro-batch by micro-batch."""
+    micro = [m for step in results for replicas in step for m in replicas]
+    torch.testing.assert_close(out, torch.cat([o for o, _ in micro]),
+                               rtol=rtol, atol=atol)
+    torch.testing.assert_close(loss, torch.stack([l for _, l in micro]),
+                               rtol=rtol, atol=atol)
+
+
 def float32_masters(model):
     """Float32 copies of ``model``'s parameters, for an optimizer that
     updates a float16 model in float32."""

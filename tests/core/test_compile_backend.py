@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
 from poptorch_core.executor.backends._executable import Executable
-from ._eager import train_call
+from ._eager import assert_outputs_match, train_call
 from ._models import GIN, MLP, graph_batch
 
 
@@ -64,12 +64,8 @@ def test_compiled_training_matches_eager(model_kind):
                   (torch.randn(8, 4, generator=gen),
                    torch.randn(8, 3, generator=gen)))
         out, loss = ipu(*inputs)
-        micro = [m for step in train_call(reference, ref_opt, inputs, D, G)
-                 for replicas in step for m in replicas]
-        torch.testing.assert_close(out, torch.cat([o for o, _ in micro]),
-                                   rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(loss, torch.stack([l for _, l in micro]),
-                                   rtol=1e-4, atol=1e-5)
+        assert_outputs_match(out, loss,
+                             train_call(reference, ref_opt, inputs, D, G))
     assert ipu.compilations() == 1
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)

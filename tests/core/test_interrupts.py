@@ -48,6 +48,17 @@ def _assert_same_weights(model, reference):
         torch.testing.assert_close(p, q)
 
 
+def _next_call_continues(ipu, model, reference, eager_optimizer, x, y):
+    """The call after an interrupted one continues from the steps it
+    applied, as the eager loop does."""
+    ipu(x, y)
+    for i in range(DEVICE_ITERATIONS):
+        eager_optimizer.zero_grad()
+        reference(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
+        eager_optimizer.step()
+    _assert_same_weights(model, reference)
+
+
 def test_ctrl_c_while_a_step_updates_the_weights_finishes_that_step():
     model, reference, ipu, x, y = _setup()
     optimizer = ipu._state.program.device_optimizer
@@ -89,14 +100,8 @@ def test_ctrl_c_while_gradients_are_computed_discards_that_step(backend):
     assert all(p.grad is None for p in program.state.params)
     eager_optimizer = _eager_steps(reference, x, y, 3)
     _assert_same_weights(model, reference)
-    # The next call continues from there, as the eager loop does.
     setattr(program.executable, name, run)
-    ipu(x, y)
-    for i in range(DEVICE_ITERATIONS):
-        eager_optimizer.zero_grad()
-        reference(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
-        eager_optimizer.step()
-    _assert_same_weights(model, reference)
+    _next_call_continues(ipu, model, reference, eager_optimizer, x, y)
 
 
 def test_ctrl_c_while_a_compiled_step_runs_finishes_that_step():
@@ -124,9 +129,4 @@ def test_ctrl_c_while_a_compiled_step_runs_finishes_that_step():
     eager_optimizer = _eager_steps(reference, x, y, 4)
     _assert_same_weights(model, reference)
     program.executable.training_with_adam = prepare
-    ipu(x, y)
-    for i in range(DEVICE_ITERATIONS):
-        eager_optimizer.zero_grad()
-        reference(x[4 * i:4 * i + 4], y[4 * i:4 * i + 4])[1].backward()
-        eager_optimizer.step()
-    _assert_same_weights(model, reference)
+    _next_call_continues(ipu, model, reference, eager_optimizer, x, y)

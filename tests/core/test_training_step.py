@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
 from poptorch_core.executor.backends._executable import Executable
-from ._eager import train_call
+from ._eager import assert_outputs_match, train_call
 from ._models import GIN, MLP, graph_batch
 
 
@@ -80,13 +80,8 @@ def test_accumulated_scaled_training_matches_eager(loss_scaling):
     for _ in range(3):
         inputs = graph_batch(batches=G, generator=gen)
         out, loss = ipu(*inputs)
-        micro = [m for step in train_call(reference, ref_opt, inputs, G=G,
-                                          loss_scaling=loss_scaling)
-                 for replicas in step for m in replicas]
-        torch.testing.assert_close(out, torch.cat([o for o, _ in micro]),
-                                   rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(loss, torch.stack([l for _, l in micro]),
-                                   rtol=1e-4, atol=1e-5)
+        assert_outputs_match(out, loss, train_call(
+            reference, ref_opt, inputs, G=G, loss_scaling=loss_scaling))
     ipu.copyWeightsToHost()
     for (name, p), q in zip(model.state_dict().items(),
                             reference.state_dict().values()):
