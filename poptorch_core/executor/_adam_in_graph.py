@@ -33,8 +33,9 @@ __all__: list = []
 @dataclasses.dataclass
 class AdamInGraph:
     """The packed group the graph was last planned for, with its key and
-    flat buffers (a new group, after ``setOptimizer`` or a state write,
-    is planned again)."""
+    flat buffers. A new group (after ``setOptimizer`` or a state write) is
+    planned again; its graph compiles again only when the key changes:
+    Adam to AdamW or back, weight decay to or from zero."""
     packed: Any = None
     key: Optional[FusedAdamKey] = None
     state: Optional[FusedAdamState] = None

@@ -226,12 +226,13 @@ class Executable:
         step, compiled = found
         others = step.other_positions
 
-        def run(tensors: Sequence[torch.Tensor], state: FusedAdamState,
-                coefficients: torch.Tensor,
+        def run(step_tensors: Sequence[torch.Tensor],
+                step_state: FusedAdamState, coefficients: torch.Tensor,
                 scale: float) -> List[torch.Tensor]:
             with torch.no_grad():
                 return list(compiled(
-                    *[tensors[i].detach() for i in others], state.param,
-                    state.exp_avg, state.exp_avg_sq, state.steps,
-                    coefficients, torch.tensor(scale, dtype=torch.float32)))
+                    *[step_tensors[i].detach() for i in others],
+                    step_state.param, step_state.exp_avg,
+                    step_state.exp_avg_sq, step_state.steps, coefficients,
+                    torch.tensor(scale, dtype=torch.float32)))
         return run
