@@ -147,8 +147,9 @@ def trace_fused_adam_step(graph_module: torch.fx.GraphModule,
     shapes = [tensors[i].shape for i in key.positions]
     sizes = [tensors[i].numel() for i in key.positions]
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
-    strides = [torch.empty(shape, device="meta").stride()
-               for shape in shapes]
+    # The windows' own layout (``PackedGroup`` packs them contiguously, in
+    # this order).
+    strides = [tensors[i].stride() for i in key.positions]
 
     def step(*flat: torch.Tensor) -> List[torch.Tensor]:
         *rest, param, exp_avg, exp_avg_sq, steps, coefficients, scale = flat
