@@ -32,13 +32,15 @@ __all__: list = []
 
 @dataclasses.dataclass
 class AdamInGraph:
-    """The packed group the graph was last planned for, with its key and
-    flat buffers. A new group (after ``setOptimizer`` or a state write) is
-    planned again; its graph compiles again only when the key changes:
-    Adam to AdamW or back, weight decay to or from zero."""
+    """The packed group the graph was last planned for, with its
+    parameters' positions and its flat buffers (a new group, after
+    ``setOptimizer`` or a state write, is planned again), and this step's
+    key. The graph compiles again only when the key changes: Adam to AdamW
+    or back, weight decay to or from zero."""
     packed: Any = None
-    key: Optional[FusedAdamKey] = None
+    positions: Tuple[int, ...] = ()
     state: Optional[FusedAdamState] = None
+    key: Optional[FusedAdamKey] = None
 
 
 def _single_micro_batch(program: Any) -> bool:
@@ -66,15 +68,13 @@ def adam_in_graph(program: Any
         if any(id(p) not in index for p in packed.params):
             return None
         plan.packed = packed
-        plan.key = FusedAdamKey(
-            tuple(index[id(p)] for p in packed.params),
-            packed.kind == _OptimizerType.ADAMW, hp["weight_decay"] != 0)
+        plan.positions = tuple(index[id(p)] for p in packed.params)
         plan.state = FusedAdamState(packed.param, packed.moments["exp_avg"],
                                     packed.moments["exp_avg_sq"],
                                     packed.steps)
-    if (hp["weight_decay"] != 0) != plan.key.weight_decay:
-        plan.key = dataclasses.replace(
-            plan.key, weight_decay=hp["weight_decay"] != 0)
+    plan.key = FusedAdamKey(plan.positions,
+                            packed.kind == _OptimizerType.ADAMW,
+                            hp["weight_decay"] != 0)
     if not all(p.requires_grad for p in packed.params) or \
             any(p.requires_grad for p in packed.frozen):
         return None

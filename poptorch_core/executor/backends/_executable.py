@@ -42,7 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._fused_adam import (FusedAdamKey, FusedAdamState, FusedAdamStep,
-                          trace_fused_adam_step)
+                          step_inputs, trace_fused_adam_step)
 from ._isa_probe import start_vec_isa_probe
 from ._training_step import TrainingStepGraph, trace_training_step
 
@@ -214,9 +214,7 @@ class Executable:
                 with torch.no_grad():
                     compiled = _compile_with_inductor(
                         step.graph_module,
-                        [tensors[i].detach() for i in step.other_positions] +
-                        [state.param, state.exp_avg, state.exp_avg_sq,
-                         state.steps, torch.zeros(9), torch.ones(())])
+                        step_inputs(tensors, step.other_positions, state))
                 self.compilations += 1
                 found = (step, compiled)
             self._adam_steps[cache_key] = found
@@ -230,9 +228,6 @@ class Executable:
                 step_state: FusedAdamState, coefficients: torch.Tensor,
                 scale: float) -> List[torch.Tensor]:
             with torch.no_grad():
-                return list(compiled(
-                    *[step_tensors[i].detach() for i in others],
-                    step_state.param, step_state.exp_avg,
-                    step_state.exp_avg_sq, step_state.steps, coefficients,
-                    torch.tensor(scale, dtype=torch.float32)))
+                return list(compiled(*step_inputs(
+                    step_tensors, others, step_state, coefficients, scale)))
         return run

@@ -53,6 +53,7 @@ Example (one weight of 3 x 2, and an input)::
     tensor([0.9000, 0.9000, 0.9000, 0.9000, 0.9000, 0.9000])
 """
 import dataclasses
+import itertools
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -65,6 +66,7 @@ __all__: List[str] = []
 #: Positions in the coefficient tensor (:func:`adam_coefficients`).
 (_LOSS_SCALING, _WEIGHT_DECAY, _ONE_MINUS_BETA1, _BETA2, _ONE_MINUS_BETA2,
  _CORRECTION2_SQRT, _EPS, _NEG_STEP_SIZE, _DECAY) = range(9)
+_NUM_COEFFICIENTS = _DECAY + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,21 @@ class FusedAdamStep:
     at :attr:`other_positions`."""
     graph_module: torch.fx.GraphModule
     other_positions: List[int]
+
+
+def step_inputs(tensors: Sequence[torch.Tensor], others: Sequence[int],
+                state: FusedAdamState,
+                coefficients: Optional[torch.Tensor] = None,
+                scale: Optional[float] = None) -> List[torch.Tensor]:
+    """The traced graph's inputs, in its order: the placeholders of
+    ``tensors`` at ``others``, the flat buffers of ``state``, the
+    coefficients and the loss scaling (example values where None)."""
+    if coefficients is None:
+        coefficients = torch.zeros(_NUM_COEFFICIENTS)
+    return [tensors[i].detach() for i in others] + [
+        state.param, state.exp_avg, state.exp_avg_sq, state.steps,
+        coefficients,
+        torch.tensor(1.0 if scale is None else scale, dtype=torch.float32)]
 
 
 def adam_coefficients(lr: float, betas: Tuple[float, float], eps: float,
@@ -146,7 +163,7 @@ def trace_fused_adam_step(graph_module: torch.fx.GraphModule,
     others = [i for i in range(len(tensors)) if i not in packed]
     shapes = [tensors[i].shape for i in key.positions]
     sizes = [tensors[i].numel() for i in key.positions]
-    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    starts = list(itertools.accumulate([0] + sizes[:-1]))
     # The windows' own layout (``PackedGroup`` packs them contiguously, in
     # this order).
     strides = [tensors[i].stride() for i in key.positions]
@@ -182,12 +199,10 @@ def trace_fused_adam_step(graph_module: torch.fx.GraphModule,
             steps.add_(1)
         return outputs
 
-    example = [tensors[i].detach() for i in others] + [
-        state.param, state.exp_avg, state.exp_avg_sq, state.steps,
-        torch.zeros(9), torch.ones(())]
     try:
         with torch.enable_grad():
-            traced = make_fx(step, tracing_mode="fake")(*example)
+            traced = make_fx(step, tracing_mode="fake")(
+                *step_inputs(tensors, others, state))
     except _NotFusable:
         return None
     return FusedAdamStep(traced, others)
