@@ -5,6 +5,7 @@ Each case runs in a fresh process, because inductor caches its ISA list
 per process; the reference is inductor's ``pick_vec_isa()`` in a process
 that never imports poptorch.
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -44,6 +45,31 @@ print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa()),
                   "checked": str(_isa_probe._checked_isa),
                   "filled_by_probe": filled,
                   "built_on_the_compiling_thread": built_here}))
+"""
+
+
+_META_PATH_EDITS = """
+import json, sys, threading
+class RecordingList(list):
+    edits = []
+    def _note(self, op):
+        self.edits.append([threading.current_thread().name, op])
+    def insert(self, *args):
+        self._note("insert"); super().insert(*args)
+    def remove(self, *args):
+        self._note("remove"); super().remove(*args)
+    def append(self, *args):
+        self._note("append"); super().append(*args)
+    def pop(self, *args):
+        self._note("pop"); return super().pop(*args)
+sys.meta_path = RecordingList(sys.meta_path)
+from poptorch_core.executor.backends import _isa_probe
+imported_before = "setuptools" in sys.modules
+_isa_probe.start_vec_isa_probe()
+_isa_probe.wait_for_vec_isa_probe()
+print(json.dumps({"edits": RecordingList.edits,
+                  "setuptools_imported_before": imported_before,
+                  "main": threading.main_thread().name}))
 """
 
 
@@ -147,3 +173,17 @@ def test_only_the_compile_backend_on_the_cpu_starts_a_probe(monkeypatch):
     assert started == []
     prepare_backend("compile", "cpu")
     assert started == [True]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("_distutils_hack") is None,
+                    reason="setuptools without its distutils finder: "
+                    "nothing edits sys.meta_path")
+def test_the_probe_thread_leaves_sys_meta_path_alone():
+    """setuptools' first import puts a finder at the head of
+    ``sys.meta_path`` and removes it: from the probe thread, that could make
+    an import on the main thread skip the path finder and fail."""
+    out = _run(_META_PATH_EDITS)
+    assert not out["setuptools_imported_before"]
+    assert out["edits"], "setuptools' import edits sys.meta_path"
+    assert all(thread == out["main"] for thread, _ in out["edits"]), \
+        out["edits"]

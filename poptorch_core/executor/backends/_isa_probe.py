@@ -103,10 +103,32 @@ def start_vec_isa_probe() -> None:
     global _probe
     with _lock:
         if _probe is None:
+            _import_path_mutators()
             _probe = threading.Thread(target=_check_vec_isa, daemon=True,
                                       name="poptorch-vec-isa-probe")
             _wait_on_first_request()
             _probe.start()
+
+
+def _import_path_mutators() -> None:
+    """Imports, on the calling thread, what the check would first import in
+    the probe thread and that edits ``sys.meta_path`` when it does.
+
+    Inductor's build check imports ``torch.utils.cpp_extension``, and with
+    it setuptools, whose first import puts its distutils finder at the head
+    of ``sys.meta_path`` and takes it out again. An import running on
+    another thread at that moment iterates that list: the removal shifts
+    it, the finder after the removed one (the path finder) is skipped, and
+    a module that exists is not found. That happened to a first step's
+    tracing (``No module named 'torch.utils._runtime_estimation'``); a
+    thread that inserted and removed the finder in a loop made 3 of 3,000
+    imports on the main thread fail (switch interval 1 us). Imported here (about 0.05 s once setuptools is in the OS's file
+    cache), setuptools does that on the thread that wraps the model, before
+    the probe thread exists."""
+    try:
+        import torch.utils.cpp_extension  # noqa: F401 pylint: disable=W0611
+    except ImportError:  # inductor's check reports it where it needs it
+        pass
 
 
 def _inductor_list() -> Any:
