@@ -18,21 +18,28 @@ is its nodes minus its edges / ``ratio``: how many more nodes it holds than
 that shape would. A greedy prefix is *lopsided* when its skew passes
 :data:`LOPSIDED` of the node room, or when it takes every graph slot with
 more than that share of both rooms still free and larger graphs in the
-window could fill one (:func:`_fillable`). Topping it up would leave
-the roomier side's slack unused (an edge-heavy run of graphs fills the edge
-budget with hundreds of node slots free; a run of small graphs takes every
-slot), so it is cut back to its graphs within :data:`PREFIX_SHARE` of each
-room and :data:`PREFIX_SLOTS` of the slots (at least the first), and the
-top-up's score also steers the skew back to 0: it subtracts ``BALANCE *
-|skew after the candidate| / (node room + edge room / ratio)``, the rooms
-as they are before the candidate. On a long-tailed size distribution
-(median 20 nodes, up to 800) about 60% of prefixes are lopsided, and
-balancing them takes ``FixedSizeOptions.for_packing(dataset, 128)`` from
-97.5% to 98.3% of node and edge slots (20 held-out shuffled epochs); on NCI
-about 6% are (runs of small molecules fill the slots), for 99.2% either
-way. A balancing top-up takes 10-20 steps instead of 1-3, so an epoch's
-packing costs 2.5-2.7 times as much on the long-tailed sizes (7% of their
-loading time in the benchmark) and a quarter more on NCI (3.5%).
+window could fill one (:func:`_fillable`). Topping it up as it is would
+leave the roomier side's slack unused (an edge-heavy run of graphs fills
+the edge budget with hundreds of node slots free; a run of small graphs
+takes every slot), so the top-up's score also steers the skew back to 0:
+it subtracts ``BALANCE * |skew after the candidate| / (node room + edge
+room / ratio)``, the rooms as they are before the candidate; and a prefix
+holding more than :data:`PREFIX_SLOTS` of the graph slots is cut back to
+that many (at least the first graph), which leaves the top-up slots to
+balance with. On a long-tailed size distribution (median 20 nodes, up to
+800) about half of the prefixes are lopsided, and balancing them takes
+``FixedSizeOptions.for_packing(dataset, 128)`` from 97.5-98.0% to
+98.3-98.5% of node and edge slots (four size draws, ten shuffled epochs
+each); on NCI about 4% are (runs of small molecules fill the slots), for
+99.1% without and 99.2% with. The top-ups then add 2.2-3.3 graphs per
+batch instead of 1.4-1.5, one step each, so an epoch's packing costs 1.6
+times as much as without balancing on the long-tailed sizes (5-6% of their
+loading time in the benchmark) and 1.5 times on NCI (4-5%). An earlier rule also cut a lopsided prefix back to
+85% of each room; the top-up then had more to fill, one graph per step,
+and packing cost 1.4 times as much on the long-tailed sizes for the same
+fill at the default lookahead (98.3% on average over the four draws either
+way); with a lookahead of 64 it filled 0.3-0.5 points more there (97.5% on
+the benchmark's draw with this rule).
 
 Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at
@@ -63,7 +70,7 @@ __all__: list = []
 #: Samples a batch may be topped up from. On NCI with
 #: ``FixedSizeOptions.for_packing(dataset, 128)``: greedy 98.5% of node and
 #: edge slots, lookahead 64 99.0%, 256 99.2%, 1024 99.3%; on the long-tailed
-#: sizes 95.9%, 98.0%, 98.3%, 98.4%. The cost per batch grows little with the
+#: sizes 95.9%, 97.5%, 98.3%, 98.3%. The cost per batch grows little with the
 #: window (the candidates are filtered once).
 DEFAULT_LOOKAHEAD = 256
 
@@ -72,11 +79,9 @@ DEFAULT_LOOKAHEAD = 256
 #: (at 0.03-0.06 fewer are balanced, and the long-tailed sizes fill 0.2-0.5
 #: points less).
 LOPSIDED = 0.02
-#: The share of each room, and of the graph slots, a lopsided prefix keeps:
-#: the rest is the balancing top-up's to choose (0.7 and 0.9 of the rooms,
-#: or 0.95 of the slots, balance worse on the long-tailed sizes; smaller
-#: shares cost more top-up steps).
-PREFIX_SHARE = 0.85
+#: The share of the graph slots a lopsided prefix keeps: the rest is the
+#: balancing top-up's to choose (0.8 and 0.95 balance worse on the
+#: long-tailed sizes).
 PREFIX_SLOTS = 0.9
 #: Weight of the skew penalty in a balancing top-up's score (3 balances
 #: less, 30 and 100 no better).
@@ -148,8 +153,7 @@ def _cut_if_lopsided(node_sums: np.ndarray, edge_sums: np.ndarray,
             min(1 - used_nodes / max(node_room, 1),
                 1 - used_edges / max(edge_room, 1)) <= LOPSIDED):
         return count, None
-    cut = _balanced_length(node_sums, edge_sums, node_room, edge_room,
-                           max_graphs)
+    cut = _balanced_length(count, max_graphs)
     if not skewed and not _fillable(
             *rest(cut), node_room - int(node_sums[cut - 1]),
             edge_room - int(edge_sums[cut - 1]), max_graphs - cut,
@@ -173,16 +177,11 @@ def _fillable(nodes: np.ndarray, edges: np.ndarray, node_room: int,
         edges.sum() >= edge_room - edge_slack
 
 
-def _balanced_length(node_sums: np.ndarray, edge_sums: np.ndarray,
-                     node_room: int, edge_room: int, max_graphs: int) -> int:
-    """The leading graphs a lopsided prefix is cut back to: those within
-    :data:`PREFIX_SHARE` of each room and :data:`PREFIX_SLOTS` of the slots,
-    at least the first."""
-    fits = ((node_sums <= PREFIX_SHARE * node_room) &
-            (edge_sums <= PREFIX_SHARE * edge_room))
-    fits[int(PREFIX_SLOTS * max_graphs):] = False
-    fits[0] = True
-    return _leading(fits)
+def _balanced_length(count: int, max_graphs: int) -> int:
+    """The leading graphs a lopsided prefix of ``count`` graphs is cut back
+    to: those within :data:`PREFIX_SLOTS` of the slots, at least the
+    first."""
+    return max(1, min(count, int(PREFIX_SLOTS * max_graphs)))
 
 
 def _edges_per_node(nodes: np.ndarray, edges: np.ndarray) -> float:

@@ -41,8 +41,7 @@ def _lopsided_cut(batch, window, nodes, edges, max_graphs, node_room,
     skew, nodes minus edges / ``ratio``, past 2% of the node room; or every
     slot taken with more than 2% of both rooms left, when the largest
     graphs after the cut could fill a room to within 2%. The cut keeps the
-    leading graphs within 85% of each room and 90% of the slots, at least
-    one)."""
+    leading graphs within 90% of the slots, at least one)."""
     n = sum(nodes[p] - 1 for p in batch)
     e = sum(edges[p] - 1 for p in batch)
     share_left = min(1 - n / max(node_room, 1), 1 - e / max(edge_room, 1))
@@ -51,12 +50,9 @@ def _lopsided_cut(batch, window, nodes, edges, max_graphs, node_room,
     if not ratio or not 1 < len(batch) < len(window) or not skewed and \
             not (len(batch) == max_graphs and share_left > 0.02):
         return None
-    cut, n, e = [batch[0]], nodes[batch[0]] - 1, edges[batch[0]] - 1
-    for p in window[1:int(0.9 * max_graphs)]:
-        if n + nodes[p] - 1 > 0.85 * node_room or \
-                e + edges[p] - 1 > 0.85 * edge_room:
-            break
-        cut, n, e = cut + [p], n + nodes[p] - 1, e + edges[p] - 1
+    cut = batch[:max(1, int(0.9 * max_graphs))]
+    n = sum(nodes[p] - 1 for p in cut)
+    e = sum(edges[p] - 1 for p in cut)
     slots = max_graphs - len(cut)
     largest_n = sorted((nodes[p] - 1 for p in window[len(cut):]),
                        reverse=True)[:slots]
@@ -209,15 +205,18 @@ def test_batches_the_slots_bind_are_not_rebuilt():
 
 
 def test_a_lopsided_prefix_keeps_its_first_graph():
-    # Room for 20 nodes and 40 edges past the padding (3 slots): the first
+    # Room for 20 nodes and 40 edges past the padding (2 slots): the first
     # graph alone takes 90% of the node room, the second makes the prefix
-    # edge-heavy (lopsided), and the cut back to 85% of the rooms still
-    # starts the batch with the oldest graph.
+    # edge-heavy (lopsided) and takes the last slot, and the cut back to
+    # 90% of the slots (one graph) still starts the batch with the oldest
+    # graph.
     nodes = np.array([19, 2, 5, 3, 3, 2])
     edges = np.array([19, 20, 4, 3, 3, 2])
-    batches = [b.tolist() for b in best_fit_batches(nodes, edges, 3, 23, 43,
+    cuts = []
+    batches = [b.tolist() for b in best_fit_batches(nodes, edges, 2, 22, 42,
                                                     6)]
-    assert batches == _best_fit_reference(nodes, edges, 3, 23, 43, 6)
+    assert batches == _best_fit_reference(nodes, edges, 2, 22, 42, 6, cuts)
+    assert cuts and cuts[0] == 0
     assert batches[0][0] == 0
     assert sorted(i for b in batches for i in b) == list(range(6))
 
