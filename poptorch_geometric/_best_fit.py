@@ -13,33 +13,32 @@ again). The padding-room rule holds throughout: a batch of ``c`` graphs
 keeps one node and one edge for each of its ``max_graphs - c`` free slots.
 
 A well-filled batch has the data's shape: its graphs' edges per node (sizes
-minus one, over the whole epoch: ``ratio``) on average. The batch's *skew*
-is its nodes minus its edges / ``ratio``: how many more nodes it holds than
-that shape would. A greedy prefix is *lopsided* when its skew passes
-:data:`LOPSIDED` of the node room, or when it takes every graph slot with
-more than that share of both rooms still free and larger graphs in the
-window could fill one (:func:`_fillable`). Topping it up as it is would
-leave the roomier side's slack unused (an edge-heavy run of graphs fills
-the edge budget with hundreds of node slots free; a run of small graphs
-takes every slot), so the top-up's score also steers the skew back to 0:
-it subtracts ``BALANCE * |skew after the candidate| / (node room + edge
-room / ratio)``, the rooms as they are before the candidate; and a prefix
-holding more than :data:`PREFIX_SLOTS` of the graph slots is cut back to
-that many (at least the first graph), which leaves the top-up slots to
-balance with. On a long-tailed size distribution (median 20 nodes, up to
-800) about half of the prefixes are lopsided, and balancing them takes
-``FixedSizeOptions.for_packing(dataset, 128)`` from 97.5-98.0% to
-98.3-98.5% of node and edge slots (four size draws, ten shuffled epochs
-each); on NCI about 4% are (runs of small molecules fill the slots), for
-99.1% without and 99.2% with. The top-ups then add 2.2-3.3 graphs per
-batch instead of 1.4-1.5, one step each, so an epoch's packing costs 1.6
-times as much as without balancing on the long-tailed sizes (5-6% of their
-loading time in the benchmark) and 1.5 times on NCI (4-5%). An earlier rule also cut a lopsided prefix back to
-85% of each room; the top-up then had more to fill, one graph per step,
-and packing cost 1.4 times as much on the long-tailed sizes for the same
-fill at the default lookahead (98.3% on average over the four draws either
-way); with a lookahead of 64 it filled 0.3-0.5 points more there (97.5% on
-the benchmark's draw with this rule).
+minus one, over the whole epoch: ``ratio``) on average. The batch's *skew* is
+its nodes minus its edges / ``ratio``: how many more nodes it holds than that
+shape would. A greedy prefix is *lopsided* when its skew passes
+:data:`LOPSIDED` of the node room, or when it takes every graph slot with more
+than that share of both rooms still free and larger graphs in the window could
+fill one (:func:`_fillable`). Topping it up as it is would leave the roomier
+side's slack unused (an edge-heavy run of graphs fills the edge budget with
+hundreds of node slots free; a run of small graphs takes every slot), so the
+top-up's score also steers the skew back to 0: it subtracts ``BALANCE * |skew
+after the candidate| / (node room + edge room / ratio)``, the rooms as they are
+before the candidate; and a prefix holding more than :data:`PREFIX_SLOTS` of
+the graph slots is cut back to that many (at least the first graph), which
+leaves the top-up slots to balance with. On a long-tailed size distribution
+(median 20 nodes, up to 800) about half of the prefixes are lopsided, and
+balancing them takes ``FixedSizeOptions.for_packing(dataset, 128)`` from
+97.5-98.0% to 98.3-98.5% of node and edge slots (four size draws, ten shuffled
+epochs each); on NCI about 4% are (runs of small molecules fill the slots), for
+99.1% without and 99.2% with. The top-ups then add 2.2-3.3 graphs per batch
+instead of 1.4-1.5, one step each, so an epoch's packing costs 1.6 times as
+much as without balancing on the long-tailed sizes (4.9-6.2% of their loading
+time in the benchmark) and 1.5 times on NCI (3.4-4.9%). An earlier rule also
+cut a lopsided prefix back to 85% of each room; the top-up then had more to
+fill, one graph per step, and packing cost 1.4 times as much on the long-tailed
+sizes for the same fill at the default lookahead (98.3% on average over the
+four draws either way); with a lookahead of 64 it filled 0.3-0.5 points more
+there (97.5% on the benchmark's draw with this rule).
 
 Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at
