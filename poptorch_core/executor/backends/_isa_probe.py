@@ -122,9 +122,10 @@ def _import_path_mutators() -> None:
     a module that exists is not found. That happened to a first step's
     tracing (``No module named 'torch.utils._runtime_estimation'``); a
     thread that inserted and removed the finder in a loop made 3 of 3,000
-    imports on the main thread fail (switch interval 1 us). Imported here (about 0.05 s once setuptools is in the OS's file
-    cache), setuptools does that on the thread that wraps the model, before
-    the probe thread exists."""
+    imports on the main thread fail (switch interval 1 us). Imported here
+    (about 0.05 s once setuptools is in the OS's file cache), setuptools
+    does that on the thread that wraps the model, before the probe thread
+    exists."""
     try:
         import torch.utils.cpp_extension  # noqa: F401 pylint: disable=W0611
     except ImportError:  # inductor's check reports it where it needs it
