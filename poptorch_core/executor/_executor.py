@@ -29,6 +29,7 @@ from ..options import Options
 from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
+from ._compile_progress import CompilationProgress
 from ._mode_check import warn_once_on_mode_mismatch
 from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
@@ -207,7 +208,10 @@ class PoplarExecutor:
             logger.warning("Call to compile() ignored: the executable is "
                            "already compiled")
             return
-        self._compile(self._binder.bind(args, kwargs))
+        with CompilationProgress(self._state, tracing=True,
+                                 runs=False) as progress:
+            self._compile(self._binder.bind(args, kwargs))
+            progress.traced()
 
     def _compile(self, bound: BoundArgs) -> None:
         state = self._state
@@ -272,8 +276,16 @@ class PoplarExecutor:
             raise AssertionError(_OFFLINE_CALL_MSG)
         bound = self._binder.bind(args, kwargs)
         warn_once_on_mode_mismatch(state)
-        if not state.compiled:
-            self._compile(bound)
+        tracing = not state.compiled
+        with CompilationProgress(state, tracing) as progress:
+            if tracing:
+                self._compile(bound)
+                progress.traced()
+            return self._run(bound)
+
+    def _run(self, bound: BoundArgs) -> Any:
+        """One call of the compiled model (``__call__`` after tracing)."""
+        state = self._state
         if not state.attached:
             self.attachToDevice()
         if not state.training:
@@ -468,7 +480,9 @@ class PoplarExecutor:
         return self._perf.latency()
 
     def compilationTime(self) -> datetime.timedelta:
-        """How long the compilation took."""
+        """How long the compilation took: tracing, and with the
+        ``compile`` backend, from the first call on, inductor's compilation
+        too (``_compile_progress``)."""
         state = self._state
         if not state.compiled:
             raise createPoptorchError(

@@ -32,6 +32,7 @@ the NCI model's first step) and check its guards before every call (about
   without), so a model compiles once.
 """
 import contextlib
+import time
 from typing import (Any, Callable, Dict, Hashable, Iterator, List,
                     Optional, Sequence, Tuple)
 
@@ -127,11 +128,38 @@ def _variant(tensors: Sequence[torch.Tensor]) -> Hashable:
             tuple((t.dtype, t.requires_grad) for t in tensors))
 
 
+class _TimedFirstCall:
+    """A compiled graph whose first call (which waits for inductor's
+    background C++ build, ``_background_builds``) ends its compilation:
+    the seconds since ``start`` go to ``owner.compile_seconds`` then."""
+
+    def __init__(self, compiled: Callable, owner: "Executable",
+                 start: float):
+        self._compiled, self._owner = compiled, owner
+        self._start: Optional[float] = start
+
+    def __call__(self, *args: Any) -> Any:
+        if self._start is None:
+            return self._compiled(*args)
+        try:
+            return self._compiled(*args)
+        finally:
+            self._owner.compile_seconds += time.perf_counter() - self._start
+            self._start = None
+
+
 class Executable:
     """A runnable form of a captured graph.
 
     ``run(tensors)`` takes the flat placeholder values (parameters, buffers,
     inputs) and returns the graph's outputs as a list.
+
+    The ``compile`` backend compiles on a form's first call:
+    :attr:`compilations` counts the compilations, :attr:`compile_seconds`
+    adds up their time (tracing the training step, inductor, and the first
+    call, which waits for the C++ build), and :attr:`on_compiled`, when
+    set, is called each time inductor has generated a form's code (its
+    build may still be running).
     """
 
     def __init__(self, graph_module: torch.fx.GraphModule, backend: str):
@@ -141,6 +169,8 @@ class Executable:
         self.backend = backend
         self.graph_module = graph_module
         self.compilations = 0
+        self.compile_seconds = 0.0
+        self.on_compiled: Optional[Callable[[], None]] = None
         self._compiled: Dict[Hashable, Callable] = {}
         self._steps: Dict[Hashable, Tuple[TrainingStepGraph, Callable]] = {}
         self._adam_steps: Dict[Hashable,
@@ -155,10 +185,18 @@ class Executable:
         variant = _variant(tensors)
         compiled = self._compiled.get(variant)
         if compiled is None:
-            compiled = _compile_with_inductor(self.graph_module, tensors)
-            self._compiled[variant] = compiled
-            self.compilations += 1
+            start = time.perf_counter()
+            compiled = self._compiled[variant] = self._timed(
+                _compile_with_inductor(self.graph_module, tensors), start)
         return list(compiled(*tensors))
+
+    def _timed(self, compiled: Callable, start: float) -> Callable:
+        """Counts a new compiled form (begun at ``start``) and times it to
+        the end of its first call."""
+        self.compilations += 1
+        if self.on_compiled is not None:
+            self.on_compiled()
+        return _TimedFirstCall(compiled, self, start)
 
     def trains_in_one_graph(self, device: torch.device) -> bool:
         """Whether :meth:`run_training` applies to tensors on ``device``:
@@ -178,14 +216,15 @@ class Executable:
         variant = _variant(tensors)
         found = self._steps.get(variant)
         if found is None:
+            start = time.perf_counter()
             step = trace_training_step(self.graph_module, tensors,
                                        loss_index)
             with torch.no_grad():
                 compiled = _compile_with_inductor(
                     step.graph_module,
                     [t.detach() for t in tensors] + [torch.ones(())])
-            found = self._steps[variant] = (step, compiled)
-            self.compilations += 1
+            found = self._steps[variant] = (step,
+                                            self._timed(compiled, start))
         step, compiled = found
         with torch.no_grad():
             flat = list(compiled(*[t.detach() for t in tensors],
@@ -207,6 +246,7 @@ class Executable:
         no gradient (the optimizer must then skip it)."""
         cache_key = (_variant(tensors), key)
         if cache_key not in self._adam_steps:
+            start = time.perf_counter()
             step = trace_fused_adam_step(self.graph_module, tensors,
                                          loss_index, key, state)
             found = None
@@ -215,8 +255,9 @@ class Executable:
                     compiled = _compile_with_inductor(
                         step.graph_module,
                         step_inputs(tensors, step.other_positions, state))
-                self.compilations += 1
-                found = (step, compiled)
+                found = (step, self._timed(compiled, start))
+            else:
+                self.compile_seconds += time.perf_counter() - start
             self._adam_steps[cache_key] = found
         found = self._adam_steps[cache_key]
         if found is None:
