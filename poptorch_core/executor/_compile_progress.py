@@ -8,17 +8,17 @@ to two parts:
 * tracing (``build_program``: capture, the IPU rule checks, the device
   model's estimate), in ``compile()`` or the first call;
 * with the ``compile`` backend, inductor's compilation of the traced graph
-  on the first run, which needs that run's tensors
-  (``backends._executable``): on 2 cores, 8-15 s the first time on a
-  machine, 1-3.6 s from inductor's on-disk cache.
+  for the first run's tensors (``backends._executable``), in ``compile()``
+  (``Program.prepare``) or the first call: on 2 cores, 8-15 s the first
+  time on a machine, 1-3.6 s from inductor's on-disk cache.
 
 A call that compiles shows one bar for what it compiles (options'
 ``_progress_bar``, which appears only once a compilation has run for two
 seconds): 30% once tracing is done when the backend still compiles in the
 same call, 70% once inductor has generated its code (its C++ build may
 still be running), 100% when the call is done. ``compilationTime()`` is
-the tracing time plus the backend's compilation time (to the end of the
-compiled graph's first call, which waits for the build).
+the tracing time plus the backend's compilation time (which ends when the
+C++ build is loaded).
 
 Invariants: a bar is open only during a call; a call that fails closes it
 without a time; ``showCompilationProgressBar(False)`` shows none, and the
@@ -55,13 +55,13 @@ def _backend_compiles(state: ExecutorState) -> bool:
 
 class CompilationProgress:
     """The progress of one executor call that may compile: ``tracing``
-    when it traces the model, and whether its run compiles in the
-    backend, which it reads from ``state``."""
+    when it traces the model, and, unless ``backend`` is False, whether
+    the backend compiles in it, which it reads from ``state``."""
 
     def __init__(self, state: ExecutorState, tracing: bool,
-                 runs: bool = True):
+                 backend: bool = True):
         self._state = state
-        self._backend = runs and _backend_compiles(state)
+        self._backend = backend and _backend_compiles(state)
         #: Whether this call compiles; the rest is for those that do.
         self.compiles = tracing or self._backend
         #: Whether the bar is open (shown or not).

@@ -208,10 +208,16 @@ class PoplarExecutor:
             logger.warning("Call to compile() ignored: the executable is "
                            "already compiled")
             return
-        with CompilationProgress(self._state, tracing=True,
-                                 runs=False) as progress:
-            self._compile(self._binder.bind(args, kwargs))
+        state = self._state
+        # An offline target never runs: nothing to compile for.
+        ahead = state.options.connection_type != ConnectionType.Never.value
+        bound = self._binder.bind(args, kwargs)
+        with CompilationProgress(state, tracing=True,
+                                 backend=ahead) as progress:
+            self._compile(bound)
             progress.traced()
+            if ahead:
+                state.program.prepare(bound)
 
     def _compile(self, bound: BoundArgs) -> None:
         state = self._state
@@ -481,8 +487,8 @@ class PoplarExecutor:
 
     def compilationTime(self) -> datetime.timedelta:
         """How long the compilation took: tracing, and with the
-        ``compile`` backend, from the first call on, inductor's compilation
-        too (``_compile_progress``)."""
+        ``compile`` backend, inductor's compilation too (in ``compile()``
+        or the first call; ``_compile_progress``)."""
         state = self._state
         if not state.compiled:
             raise createPoptorchError(

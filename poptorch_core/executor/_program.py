@@ -128,6 +128,31 @@ class Program:
         self._write_back_inputs(host_inputs, inputs)
         return self._build_outputs(collectors)
 
+    def prepare(self, bound: BoundArgs) -> None:
+        """Compiles, without running anything, what the first run of
+        ``bound`` would compile: the ``compile`` backend's form of the
+        step (``model.compile()``, as PopTorch compiles everything there)."""
+        if self.executable.backend != "compile":
+            return
+        inputs = self.device_inputs(flattenTensors(bound.as_structure()))
+        splits = [self.layout.split(t) for t in inputs]
+        tensors = (self.state.replica_params(0) + self.state.buffers(0) +
+                   self._micro_inputs(splits, 0, 0, 0))
+        if not self.training:
+            with torch.no_grad():
+                self.executable.prepare(tensors)
+            return
+        with torch.enable_grad():
+            scale = float(self.device_optimizer.loss_scaling)
+            if self._adam_in_graph_step(splits, 0, scale) is not None:
+                return
+            if not self.state.grouped and \
+                    self.executable.trains_in_one_graph(self.state.device):
+                self.executable.prepare_training(tensors,
+                                                 self.captured.loss_index)
+            else:
+                self.executable.prepare(tensors)
+
     def _micro_inputs(self, splits, iteration, step, replica):
         index = self.layout.micro_index(iteration, step, replica)
         micro = [split[index] for split in splits]

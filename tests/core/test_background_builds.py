@@ -168,3 +168,31 @@ def test_a_single_object_library_keeps_inductors_worker(tmp_path):
     _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
                                                     (only,))
     assert log == [("start", only.path), ("end", only.path)]
+
+
+def test_an_activation_lists_the_libraries_its_thread_makes(monkeypatch):
+    """``_compile_with_inductor`` loads what its compilation made before it
+    returns (a compilation that is timed, or done ahead by ``compile()``,
+    ends with its build); libraries made by other threads, or after the
+    activation, are not its own."""
+    loads = []
+
+    def fake_async(*args, submit_fn=None, **kwargs):
+        return lambda: loads.append(args) or (lambda: "entry")
+
+    monkeypatch.setattr(CppWrapperCodeCache, "load_pybinding_async",
+                        fake_async)
+    with _background_builds.background_cpp_builds() as libraries:
+        entry = CppWrapperCodeCache.load_pybinding("mine")
+        other = []
+        thread = threading.Thread(target=lambda: other.append(
+            CppWrapperCodeCache.load_pybinding("another thread's")))
+        thread.start()
+        thread.join(5)
+        with _background_builds.background_cpp_builds() as inner:
+            CppWrapperCodeCache.load_pybinding("inner")
+        assert len(inner) == 1 and inner[0] is not entry
+    assert libraries == [entry] and loads == []
+    assert libraries[0].load()() == "entry" and loads == [("mine",)]
+    assert entry is not other[0]
+    assert libraries not in _background_builds._made.lists

@@ -80,29 +80,43 @@ def test_no_bar_when_switched_off_and_no_time_to_ask_for():
         model.compilationTime()
 
 
-def test_the_compile_backend_compiles_on_the_first_call_under_the_bar():
+def _compile_backend(**kwargs) -> poptorch.Options:
     opts = poptorch.Options()
     opts.Simulator.backend("compile")
-    model = poptorch.trainingModel(_WithLoss(), opts)
+    if kwargs.get("offline"):
+        opts.useOfflineIpuTarget()
+    return opts
+
+
+def test_compile_compiles_the_backend_too_under_one_bar():
+    model = poptorch.trainingModel(_WithLoss(), _compile_backend())
     bar = _recording(model)
     model.compile(torch.ones(2, 4))
-    traced = model.compilationTime()
     executable = model._state.program.executable
-    assert executable.compilations == 0
-    model(torch.ones(2, 4))
-    model(torch.ones(2, 4))
-    # compile(): tracing; the first call: inductor (70 once its code is
-    # generated), to the first result; the second call compiles nothing.
-    assert bar.updates == [0, 100, 0, 70, 100]
     assert executable.compilations == 1 and executable.compile_seconds > 0
-    assert model.compilationTime() == traced + datetime.timedelta(
-        seconds=executable.compile_seconds)
+    compiled = model.compilationTime()
+    model(torch.ones(2, 4))
+    model(torch.ones(2, 4))
+    # compile(): traced (30), inductor's code generated (70), built (100);
+    # the calls compile nothing.
+    assert bar.updates == [0, 30, 70, 100]
+    assert executable.compilations == 1
+    assert model.compilationTime() == compiled
+    assert compiled > datetime.timedelta(seconds=executable.compile_seconds)
+
+
+def test_an_offline_compile_leaves_the_backend_alone():
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2),
+                                    _compile_backend(offline=True))
+    bar = _recording(model)
+    model.compile(torch.ones(1, 2))
+    assert model._state.program.executable.compilations == 0
+    assert bar.updates == [0, 100]
 
 
 def test_a_first_call_that_traces_and_compiles_shows_one_bar():
-    opts = poptorch.Options()
-    opts.Simulator.backend("compile")
-    model = poptorch.inferenceModel(torch.nn.Linear(2, 2), opts)
+    model = poptorch.inferenceModel(torch.nn.Linear(2, 2),
+                                    _compile_backend())
     bar = _recording(model)
     model(torch.ones(1, 2))
     assert bar.updates == [0, 30, 70, 100]
@@ -137,3 +151,47 @@ def test_the_bar_appears_after_the_delay_without_an_update(monkeypatch,
     assert "30/100" in capsys.readouterr().err
     bar(100, 100)
     assert bar._timer is None and bar.compilation_time is not None
+
+
+def _adam(model):
+    return poptorch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def _sgd(model):
+    return poptorch.optim.SGD(model.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("optimizer,forms", [(_adam, "_adam_steps"),
+                                             (_sgd, "_steps")],
+                         ids=["adam in the graph", "one-graph step"])
+def test_compile_ahead_makes_the_form_the_calls_run(optimizer, forms):
+    """What ``compile()`` compiles is what the calls run: no second
+    compilation, and the same training as ``interpret``'s."""
+    torch.manual_seed(0)
+    reference = _WithLoss()
+    compiled = poptorch.trainingModel(
+        reference, _compile_backend(), optimizer(reference))
+    torch.manual_seed(0)
+    twin = _WithLoss()
+    interpreted = poptorch.trainingModel(twin, poptorch.Options(),
+                                         optimizer(twin))
+    x = torch.randn(2, 4)
+    compiled.compile(x)
+    executable = compiled._state.program.executable
+    assert executable.compilations == 1 and getattr(executable, forms)
+    for _ in range(3):
+        out, loss = compiled(x)
+        expected_out, expected_loss = interpreted(x)
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(loss, expected_loss)
+    assert executable.compilations == 1
+
+
+def test_compile_ahead_of_an_inference_model():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(3, 2)
+    model = poptorch.inferenceModel(linear, _compile_backend())
+    x = torch.randn(4, 3)
+    model.compile(x)
+    torch.testing.assert_close(model(x), linear(x))
+    assert model._state.program.executable.compilations == 1

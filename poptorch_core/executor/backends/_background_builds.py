@@ -18,10 +18,11 @@ cached):
   training program always runs its backward anyway;
 * inductor's C++ wrapper libraries are built by a thread pool
   (``load_pybinding_async`` with a ``submit_fn``, inductor's own hook for
-  asynchronous builds) and loaded on their first call. While the forward's
-  ``g++`` runs (a subprocess, which leaves the GIL free), the backward's
-  codegen runs in the compiling thread, and the two builds can use both
-  cores.
+  asynchronous builds) and loaded on their first call, or when the
+  compilation asks for them (:meth:`_EntryOnFirstCall.load`, for each
+  library the activation lists). While the forward's ``g++`` runs (a
+  subprocess, which leaves the GIL free), the backward's codegen runs in
+  the compiling thread, and the two builds can use both cores.
 
 A training step on the CPU is now one graph (``_training_step``), so
 there is one library; it is built from two objects, the wrapper and the
@@ -30,15 +31,14 @@ compiler runs go side by side (:func:`_compile_objects_in_parallel`), one
 per core, before the link: inductor's own worker runs them one after the
 other.
 
-A library whose build fails raises inductor's error on its first call,
-which is the first forward or backward of the training step. On a cache
-hit the libraries already exist and nothing is built.
+A library whose build fails raises inductor's error when it is loaded.
+On a cache hit the libraries already exist and nothing is built.
 """
 import concurrent.futures
 import contextlib
 import os
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 from torch._functorch import config as functorch_config
 from torch._inductor import codecache
@@ -53,6 +53,9 @@ _pool_lock = threading.Lock()
 _active = 0
 _saved_lowering = False
 _state_lock = threading.Lock()
+#: ``lists``: per thread, the lists of the entries its open activations
+#: have made, innermost last.
+_made = threading.local()
 
 
 def _submit(fn: Callable[[], Any]) -> concurrent.futures.Future:
@@ -73,13 +76,17 @@ class _EntryOnFirstCall:
         self._entry: Optional[Callable] = None
         self._lock = threading.Lock()
 
-    def __call__(self, *args: Any) -> Any:
+    def load(self) -> Callable:
+        """The entry function, once the library is built and loaded."""
         if self._entry is None:
             with self._lock:
                 if self._entry is None:
                     self._entry = self._load()
                     self._load = None
-        return self._entry(*args)
+        return self._entry
+
+    def __call__(self, *args: Any) -> Any:
+        return (self._entry or self.load())(*args)
 
 
 _serial_worker = codecache._worker_compile_cpp
@@ -106,20 +113,29 @@ def _compile_objects_in_parallel(lock_path: str,
 
 
 def _load_pybinding_in_background(*args: Any, **kwargs: Any) -> Callable:
-    return _EntryOnFirstCall(CppWrapperCodeCache.load_pybinding_async(
+    entry = _EntryOnFirstCall(CppWrapperCodeCache.load_pybinding_async(
         *args, submit_fn=_submit, **kwargs))
+    lists = getattr(_made, "lists", None)
+    if lists:
+        lists[-1].append(entry)
+    return entry
 
 
 @contextlib.contextmanager
-def background_cpp_builds() -> Iterator[None]:
+def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
     """While active, the graphs being compiled build their C++ wrapper
     libraries in the background, and a training graph's backward is
-    compiled with its forward.
+    compiled with its forward. Yields the list of the libraries that this
+    thread's compilation makes (to :meth:`~_EntryOnFirstCall.load` them).
 
     Both settings are process-wide (inductor's and AOTAutograd's), so
     compilations in several threads share one activation: the first to
     enter installs them, the last to leave restores what was there."""
     global _active, _saved_lowering
+    libraries: List[_EntryOnFirstCall] = []
+    if not hasattr(_made, "lists"):
+        _made.lists = []
+    _made.lists.append(libraries)
     with _state_lock:
         if _active == 0:
             _saved_lowering = functorch_config.force_non_lazy_backward_lowering
@@ -128,8 +144,9 @@ def background_cpp_builds() -> Iterator[None]:
             codecache._worker_compile_cpp = _compile_objects_in_parallel
         _active += 1
     try:
-        yield
+        yield libraries
     finally:
+        _made.lists = [made for made in _made.lists if made is not libraries]
         with _state_lock:
             _active -= 1
             if _active == 0:

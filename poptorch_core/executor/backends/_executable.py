@@ -93,8 +93,13 @@ def _without_placeholder_values(gm: torch.fx.GraphModule) -> Iterator[None]:
 
 
 def _compile_with_inductor(gm: torch.fx.GraphModule,
-                           tensors: Sequence[torch.Tensor]) -> Callable:
-    """Inductor's compiled form of ``gm`` for inputs like ``tensors``.
+                           tensors: Sequence[torch.Tensor],
+                           generated: Callable[[], None] = lambda: None
+                           ) -> Callable:
+    """Inductor's compiled form of ``gm`` for inputs like ``tensors``,
+    ready to run: ``generated()`` is called once inductor has generated
+    its code, and the C++ libraries it builds in the background are
+    waited for before this returns.
 
     It gets what ``torch.compile`` would give it: static fake inputs of one
     fake mode with a shape environment (without one, inductor's and
@@ -117,8 +122,12 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
     with tracing(TracingContext(fake_mode)), \
-            _without_placeholder_values(gm), builds:
-        return compile_fx(gm, fakes, **options)
+            _without_placeholder_values(gm), builds as libraries:
+        compiled = compile_fx(gm, fakes, **options)
+    generated()
+    for library in libraries or ():
+        library.load()
+    return compiled
 
 
 def _variant(tensors: Sequence[torch.Tensor]) -> Hashable:
@@ -128,38 +137,18 @@ def _variant(tensors: Sequence[torch.Tensor]) -> Hashable:
             tuple((t.dtype, t.requires_grad) for t in tensors))
 
 
-class _TimedFirstCall:
-    """A compiled graph whose first call (which waits for inductor's
-    background C++ build, ``_background_builds``) ends its compilation:
-    the seconds since ``start`` go to ``owner.compile_seconds`` then."""
-
-    def __init__(self, compiled: Callable, owner: "Executable",
-                 start: float):
-        self._compiled, self._owner = compiled, owner
-        self._start: Optional[float] = start
-
-    def __call__(self, *args: Any) -> Any:
-        if self._start is None:
-            return self._compiled(*args)
-        try:
-            return self._compiled(*args)
-        finally:
-            self._owner.compile_seconds += time.perf_counter() - self._start
-            self._start = None
-
-
 class Executable:
     """A runnable form of a captured graph.
 
     ``run(tensors)`` takes the flat placeholder values (parameters, buffers,
     inputs) and returns the graph's outputs as a list.
 
-    The ``compile`` backend compiles on a form's first call:
-    :attr:`compilations` counts the compilations, :attr:`compile_seconds`
-    adds up their time (tracing the training step, inductor, and the first
-    call, which waits for the C++ build), and :attr:`on_compiled`, when
-    set, is called each time inductor has generated a form's code (its
-    build may still be running).
+    The ``compile`` backend compiles a form on its first call, or ahead
+    of it (:meth:`prepare`, :meth:`prepare_training`): :attr:`compilations`
+    counts the compilations, :attr:`compile_seconds` adds up their time
+    (tracing the training step, inductor, and the wait for its C++ build),
+    and :attr:`on_compiled`, when set, is called each time inductor has
+    generated a form's code (its build may still be running).
     """
 
     def __init__(self, graph_module: torch.fx.GraphModule, backend: str):
@@ -182,21 +171,28 @@ class Executable:
         call."""
         if self.backend == "interpret":
             return list(self.graph_module(*tensors))
+        return list(self.prepare(tensors)(*tensors))
+
+    def prepare(self, tensors: Sequence[torch.Tensor]) -> Callable:
+        """The compiled form :meth:`run` uses for ``tensors`` (and the grad
+        mode), compiled now if need be."""
         variant = _variant(tensors)
         compiled = self._compiled.get(variant)
         if compiled is None:
             start = time.perf_counter()
-            compiled = self._compiled[variant] = self._timed(
-                _compile_with_inductor(self.graph_module, tensors), start)
-        return list(compiled(*tensors))
+            compiled = self._compiled[variant] = _compile_with_inductor(
+                self.graph_module, tensors, self._generated)
+            self._count(start)
+        return compiled
 
-    def _timed(self, compiled: Callable, start: float) -> Callable:
-        """Counts a new compiled form (begun at ``start``) and times it to
-        the end of its first call."""
-        self.compilations += 1
+    def _generated(self) -> None:
         if self.on_compiled is not None:
             self.on_compiled()
-        return _TimedFirstCall(compiled, self, start)
+
+    def _count(self, start: float) -> None:
+        """Counts a compilation that began at ``start``."""
+        self.compilations += 1
+        self.compile_seconds += time.perf_counter() - start
 
     def trains_in_one_graph(self, device: torch.device) -> bool:
         """Whether :meth:`run_training` applies to tensors on ``device``:
@@ -213,6 +209,19 @@ class Executable:
         ``tensors`` that requires a gradient and that the loss (output
         ``loss_index``, summed, times ``scale``) depends on. Compiles on
         the first call for these dtypes and ``requires_grad`` flags."""
+        step, compiled = self.prepare_training(tensors, loss_index)
+        with torch.no_grad():
+            flat = list(compiled(*[t.detach() for t in tensors],
+                                 torch.tensor(scale, dtype=torch.float32)))
+        outputs = flat[:step.num_outputs]
+        return outputs, list(zip(step.grad_positions,
+                                 flat[step.num_outputs:]))
+
+    def prepare_training(self, tensors: Sequence[torch.Tensor],
+                         loss_index: int
+                         ) -> Tuple[TrainingStepGraph, Callable]:
+        """The traced and compiled step :meth:`run_training` uses for
+        ``tensors``, made now if need be."""
         variant = _variant(tensors)
         found = self._steps.get(variant)
         if found is None:
@@ -222,16 +231,11 @@ class Executable:
             with torch.no_grad():
                 compiled = _compile_with_inductor(
                     step.graph_module,
-                    [t.detach() for t in tensors] + [torch.ones(())])
-            found = self._steps[variant] = (step,
-                                            self._timed(compiled, start))
-        step, compiled = found
-        with torch.no_grad():
-            flat = list(compiled(*[t.detach() for t in tensors],
-                                 torch.tensor(scale, dtype=torch.float32)))
-        outputs = flat[:step.num_outputs]
-        return outputs, list(zip(step.grad_positions,
-                                 flat[step.num_outputs:]))
+                    [t.detach() for t in tensors] + [torch.ones(())],
+                    self._generated)
+            found = self._steps[variant] = (step, compiled)
+            self._count(start)
+        return found
 
     def training_with_adam(self, tensors: Sequence[torch.Tensor],
                            loss_index: int, key: FusedAdamKey,
@@ -254,8 +258,10 @@ class Executable:
                 with torch.no_grad():
                     compiled = _compile_with_inductor(
                         step.graph_module,
-                        step_inputs(tensors, step.other_positions, state))
-                found = (step, self._timed(compiled, start))
+                        step_inputs(tensors, step.other_positions, state),
+                        self._generated)
+                found = (step, compiled)
+                self._count(start)
             else:
                 self.compile_seconds += time.perf_counter() - start
             self._adam_steps[cache_key] = found
