@@ -195,3 +195,21 @@ def test_compile_ahead_of_an_inference_model():
     model.compile(x)
     torch.testing.assert_close(model(x), linear(x))
     assert model._state.program.executable.compilations == 1
+
+
+def test_compile_ahead_with_accumulation_and_device_iterations():
+    """Several micro-batches per call: the Adam update leaves the graph
+    (the one-graph step with the optimizer after it), compiled ahead for
+    the first micro-batch and reused by every one."""
+    torch.manual_seed(0)
+    model = _WithLoss()
+    opts = _compile_backend().deviceIterations(2)
+    opts.Training.gradientAccumulation(2)
+    compiled = poptorch.trainingModel(model, opts, _adam(model))
+    x = torch.randn(8, 4)
+    compiled.compile(x)
+    executable = compiled._state.program.executable
+    assert executable.compilations == 1 and executable._steps
+    compiled(x)
+    compiled(x)
+    assert executable.compilations == 1 and not executable._adam_steps
