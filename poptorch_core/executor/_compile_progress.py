@@ -46,11 +46,13 @@ TRACED, GENERATED, DONE = 30, 70, 100
 
 def _backend_compiles(state: ExecutorState) -> bool:
     """Whether the next run compiles in the backend (the ``compile``
-    backend's first run)."""
-    if state.options.Simulator.execution_backend != "compile":
-        return False
+    backend's first run). Asked on every call: a compiled model answers
+    from its executable, without reading the options."""
     program = state.program
-    return program is None or program.executable.compilations == 0
+    if program is None:
+        return state.options.Simulator.execution_backend == "compile"
+    executable = program.executable
+    return executable.backend == "compile" and not executable.compilations
 
 
 class CompilationProgress:

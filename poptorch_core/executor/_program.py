@@ -136,8 +136,7 @@ class Program:
             return
         inputs = self.device_inputs(flattenTensors(bound.as_structure()))
         splits = [self.layout.split(t) for t in inputs]
-        tensors = (self.state.replica_params(0) + self.state.buffers(0) +
-                   self._micro_inputs(splits, 0, 0, 0))
+        tensors = self._step_tensors(splits, 0, 0, 0)
         if not self.training:
             with torch.no_grad():
                 self.executable.prepare(tensors)
@@ -146,12 +145,25 @@ class Program:
             scale = float(self.device_optimizer.loss_scaling)
             if self._adam_in_graph_step(splits, 0, scale) is not None:
                 return
-            if not self.state.grouped and \
-                    self.executable.trains_in_one_graph(self.state.device):
+            if self._trains_in_one_graph():
                 self.executable.prepare_training(tensors,
                                                  self.captured.loss_index)
             else:
                 self.executable.prepare(tensors)
+
+    def _step_tensors(self, splits, iteration, step, replica
+                      ) -> List[torch.Tensor]:
+        """The graph's placeholder values for one micro-batch: a replica's
+        parameters and buffers, then its inputs."""
+        return (self.state.replica_params(replica) +
+                self.state.buffers(replica) +
+                self._micro_inputs(splits, iteration, step, replica))
+
+    def _trains_in_one_graph(self) -> bool:
+        # Replica-grouped weights run as views of one tensor per group,
+        # whose gradients only autograd routes to it.
+        return not self.state.grouped and \
+            self.executable.trains_in_one_graph(self.state.device)
 
     def _micro_inputs(self, splits, iteration, step, replica):
         index = self.layout.micro_index(iteration, step, replica)
@@ -174,9 +186,7 @@ class Program:
         for iteration in range(layout.device_iterations):
             for replica in range(layout.replicas):
                 outputs = self.executable.run(
-                    self.state.replica_params(replica) +
-                    self.state.buffers(replica) +
-                    self._micro_inputs(splits, iteration, 0, replica))
+                    self._step_tensors(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
     def _run_training(self, splits, collectors) -> None:
@@ -238,11 +248,9 @@ class Program:
         layout = self.layout
         for step in range(layout.gradient_accumulation):
             for replica in range(layout.replicas):
-                tensors = (self.state.replica_params(replica) +
-                           self.state.buffers(replica) +
-                           self._micro_inputs(splits, iteration, step,
-                                              replica))
-                outputs = self._forward_backward(tensors, scale)
+                outputs = self._forward_backward(
+                    self._step_tensors(splits, iteration, step, replica),
+                    scale)
                 self._collect(collectors, outputs, iteration, step, replica)
 
     def _forward_backward(self, tensors: List[torch.Tensor],
@@ -251,10 +259,7 @@ class Program:
         summed, times ``scale``) to the parameters' ``.grad``; returns the
         graph's outputs."""
         loss_index = self.captured.loss_index
-        # Replica-grouped weights run as views of one tensor per group,
-        # whose gradients only autograd routes to it.
-        if not self.state.grouped and \
-                self.executable.trains_in_one_graph(self.state.device):
+        if self._trains_in_one_graph():
             outputs, grads = self.executable.run_training(
                 tensors, loss_index, scale)
             for position, grad in grads:
