@@ -2,13 +2,22 @@
 result, per backend, with a cold and with a warm compilation cache.
 
 Each measurement runs in a fresh Python process (so nothing stays in memory
-from an earlier one) on the main job's model and a packed NCI batch. Cold:
-the process gets an empty temporary directory, and with it an empty
-inductor cache and no machine-wide precompiled headers (which inductor
-keeps under the temporary directory, outside its cache): a first run on a
-new machine. Warm: a second process reuses that directory, as a user's
-second run of a script does. The
-``interpret`` backend compiles nothing, so its two figures are the cost of
+from an earlier one) on the main job's model and a packed NCI batch, in
+three settings:
+
+* cold: the process gets an empty temporary directory, and with it an
+  empty inductor cache and no machine-wide precompiled headers (which
+  inductor keeps under the temporary directory, outside its cache): a first
+  run on a new machine. It starts building the headers in the background
+  (``_precompiled_headers``); the benchmark waits for them before the next
+  run;
+* warm: a second process reuses that directory, as a user's second run of
+  a script does;
+* new model: a third process keeps the directory (the machine's headers)
+  but gets an empty inductor cache, as a new model, or a changed one, does
+  on a machine that has compiled before.
+
+The ``interpret`` backend compiles nothing, so its figures are the cost of
 tracing alone.
 
 A cold first step on 2 cores keeps both busy (tracing and code generation
@@ -24,6 +33,7 @@ Usage::
         [--samples 3]
 """
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -33,6 +43,8 @@ import tempfile
 from typing import Dict, List, Optional
 
 from _example_common import positive_int
+from poptorch_core.executor.backends._precompiled_headers import \
+    wait_for_header_builds
 
 _SCRIPT = r"""
 import json, sys, time
@@ -66,10 +78,11 @@ print(json.dumps({{"first_step_s": first,
 """
 
 
-def _run(backend: str, temp_dir: str, root: Optional[str]) -> Dict:
+def _run(backend: str, temp_dir: str, root: Optional[str],
+         cache: str = "inductor") -> Dict:
     examples = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, TMPDIR=temp_dir, POPTORCH_LOG_LEVEL="ERR",
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(temp_dir, "inductor"))
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(temp_dir, cache))
     env.pop("POPTORCH_SIM_BACKEND", None)
     code = _SCRIPT.format(examples=examples, root=root, backend=backend)
     result = subprocess.run([sys.executable, "-c", code], env=env,
@@ -83,30 +96,47 @@ def _run(backend: str, temp_dir: str, root: Optional[str]) -> Dict:
 
 def first_step_seconds(backends: List[str], root: Optional[str] = None,
                        samples: int = 3) -> Dict[str, Dict]:
-    """``{backend: {"cold_s", "warm_s", "steady_step_s", "cold_samples_s",
-    "warm_samples_s"}}``: the first call's seconds with an empty and with a
-    filled inductor cache, and the second call's (a steady step) for scale,
+    """``{backend: {"cold_s", "warm_s", "new_model_s", "steady_step_s",
+    "cold_samples_s", "warm_samples_s", "new_model_samples_s"}}``: the first
+    call's seconds on a new machine, with a filled inductor cache, and with
+    an empty inductor cache but the machine's precompiled headers (see the
+    module docstring), and the second call's (a steady step) for scale,
     each the median of ``samples`` measurements (all kept in the
     ``*_samples_s`` lists)."""
     if samples < 1:
         raise ValueError(f"samples ({samples}) must be at least 1.")
     runs: Dict[str, Dict[str, List[float]]] = {
-        backend: {"cold": [], "warm": [], "steady": []}
+        backend: {"cold": [], "warm": [], "new_model": [], "steady": []}
         for backend in backends}
     for _ in range(samples):
         for backend in backends:
             with tempfile.TemporaryDirectory(prefix="first-step-") as temp:
                 cold = _run(backend, temp, root)
+                _wait_for_header_builds(temp)
                 warm = _run(backend, temp, root)
+                new_model = _run(backend, temp, root, "inductor-new-model")
             runs[backend]["cold"].append(cold["first_step_s"])
             runs[backend]["warm"].append(warm["first_step_s"])
+            runs[backend]["new_model"].append(new_model["first_step_s"])
             runs[backend]["steady"].append(warm["second_step_s"])
     return {backend: {"cold_s": statistics.median(r["cold"]),
                       "warm_s": statistics.median(r["warm"]),
+                      "new_model_s": statistics.median(r["new_model"]),
                       "steady_step_s": statistics.median(r["steady"]),
                       "cold_samples_s": r["cold"],
-                      "warm_samples_s": r["warm"]}
+                      "warm_samples_s": r["warm"],
+                      "new_model_samples_s": r["new_model"]}
             for backend, r in runs.items()}
+
+
+def _wait_for_header_builds(temp_dir: str) -> None:
+    """Waits for the precompiled headers that a first run in ``temp_dir``
+    started building (inductor's machine-wide directory under it)."""
+    for directory in glob.glob(os.path.join(
+            glob.escape(temp_dir), "torchinductor_*", "precompiled_headers")):
+        if not wait_for_header_builds(directory):
+            raise RuntimeError(f"precompiled headers still building in "
+                               f"{directory} after 10 minutes")
 
 
 def _seconds(values: List[float]) -> str:
@@ -124,9 +154,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     for backend, r in first_step_seconds(args.backends, args.data_root,
                                          args.samples).items():
-        print(f"{backend:10} first step: cold {r['cold_s']:6.2f} s, warm "
-              f"{r['warm_s']:6.2f} s (medians of {args.samples}; "
-              f"cold {_seconds(r['cold_samples_s'])}, warm "
+        print(f"{backend:10} first step: cold {r['cold_s']:6.2f} s, new "
+              f"model {r['new_model_s']:6.2f} s, warm {r['warm_s']:6.2f} s "
+              f"(medians of {args.samples}; cold "
+              f"{_seconds(r['cold_samples_s'])}, new model "
+              f"{_seconds(r['new_model_samples_s'])}, warm "
               f"{_seconds(r['warm_samples_s'])}; a later step: "
               f"{r['steady_step_s'] * 1e3:.1f} ms)")
     return 0

@@ -152,6 +152,8 @@ def test_first_step_is_recorded_per_backend(record):
         # One sample each (--first-step-samples 1): the median is it.
         assert result["cold_samples_s"] == [result["cold_s"]]
         assert result["warm_samples_s"] == [result["warm_s"]]
+        assert result["new_model_samples_s"] == [result["new_model_s"]]
+        assert result["new_model_s"] > result["steady_step_s"]
 
 
 def test_setups_take_turns_in_alternating_order():
@@ -176,29 +178,41 @@ def test_setups_take_turns_in_alternating_order():
 
 def test_first_step_figures_are_medians_of_turns(monkeypatch):
     """Each backend's figures are the medians of its samples; the backends
-    take turns, and each cold run gets a fresh directory that its warm run
-    reuses."""
+    take turns; each cold run gets a fresh directory that its warm run
+    reuses, and its new-model run too, with an inductor cache of its own,
+    after the headers that the cold run started are built."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import bench_first_step
     calls = []
-    seconds = iter([9.0, 2.0, 0.5, 0.6, 12.0, 3.0, 0.7, 0.8,
-                    10.0, 1.0, 0.9, 0.4])
+    seconds = iter([9.0, 2.0, 7.0, 0.5, 0.6, 0.5, 12.0, 3.0, 8.0,
+                    0.7, 0.8, 0.6, 10.0, 1.0, 9.5, 0.9, 0.4, 0.7])
 
-    def fake_run(backend, temp_dir, root):
-        calls.append((backend, temp_dir))
+    def fake_run(backend, temp_dir, root, cache="inductor"):
+        calls.append((backend, temp_dir, cache))
         return {"first_step_s": next(seconds), "second_step_s": 0.01}
 
+    waited = []
     monkeypatch.setattr(bench_first_step, "_run", fake_run)
+    monkeypatch.setattr(bench_first_step, "_wait_for_header_builds",
+                        lambda temp: waited.append((len(calls), temp)))
     out = bench_first_step.first_step_seconds(["compile", "interpret"],
                                               samples=3)
-    assert [b for b, _ in calls] == ["compile", "compile", "interpret",
-                                     "interpret"] * 3
-    dirs = [d for _, d in calls]
-    assert all(dirs[i] == dirs[i + 1] for i in range(0, 12, 2))
-    assert len(set(dirs[::2])) == 6
+    assert [b for b, _, _ in calls] == ["compile"] * 3 + \
+        ["interpret"] * 3 + ["compile"] * 3 + ["interpret"] * 3 + \
+        ["compile"] * 3 + ["interpret"] * 3
+    dirs = [d for _, d, _ in calls]
+    assert all(dirs[i] == dirs[i + 1] == dirs[i + 2]
+               for i in range(0, 18, 3))
+    assert len(set(dirs[::3])) == 6
+    assert [c for _, _, c in calls[:3]] == \
+        ["inductor", "inductor", "inductor-new-model"]
+    # Right after each cold run, in its directory.
+    assert waited == [(i + 1, dirs[i]) for i in range(0, 18, 3)]
     assert out["compile"]["cold_samples_s"] == [9.0, 12.0, 10.0]
     assert out["compile"]["cold_s"] == 10.0
     assert out["compile"]["warm_s"] == 2.0
+    assert out["compile"]["new_model_samples_s"] == [7.0, 8.0, 9.5]
+    assert out["compile"]["new_model_s"] == 8.0
     assert out["interpret"]["cold_s"] == 0.7
     assert out["interpret"]["warm_samples_s"] == [0.6, 0.8, 0.4]
     assert out["interpret"]["warm_s"] == 0.6

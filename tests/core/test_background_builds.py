@@ -49,7 +49,7 @@ def test_inductor_is_restored_after_the_compilation():
         with _background_builds.background_cpp_builds():
             assert CppWrapperCodeCache.load_pybinding is not loader
             assert codecache._worker_compile_cpp is \
-                _background_builds._compile_objects_in_parallel
+                _background_builds._compile_in_background_worker
             assert torch._functorch.config.force_non_lazy_backward_lowering
             raise RuntimeError("inside")
     assert CppWrapperCodeCache.load_pybinding == loader
@@ -140,7 +140,7 @@ def test_the_wrapper_and_kernel_objects_build_side_by_side(tmp_path):
     wrapper = Meeting(tmp_path / "main.o", log)
     kernels = Meeting(tmp_path / "kernels.o", log)
     linker = _FakeBuilder(tmp_path / "lib.so", log)
-    _background_builds._compile_objects_in_parallel(
+    _background_builds._compile_in_background_worker(
         str(tmp_path / "lock"), (wrapper, kernels, linker))
     assert log[-2:] == [("start", linker.path), ("end", linker.path)]
     assert {p for event, p in log[:-2] if event == "end"} == \
@@ -152,12 +152,12 @@ def test_built_objects_and_libraries_are_not_built_again(tmp_path):
     builders = [_FakeBuilder(tmp_path / name, log)
                 for name in ("main.o", "kernels.o", "lib.so")]
     (tmp_path / "kernels.o").write_text("cached")
-    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     builders)
     assert [p for event, p in log if event == "start"] == \
         [builders[0].path, builders[2].path]
     log.clear()
-    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     builders)
     assert log == []
 
@@ -165,7 +165,7 @@ def test_built_objects_and_libraries_are_not_built_again(tmp_path):
 def test_a_single_object_library_keeps_inductors_worker(tmp_path):
     log = []
     only = _FakeBuilder(tmp_path / "lib.so", log)
-    _background_builds._compile_objects_in_parallel(str(tmp_path / "lock"),
+    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     (only,))
     assert log == [("start", only.path), ("end", only.path)]
 

@@ -27,7 +27,7 @@ cached):
 A training step on the CPU is now one graph (``_training_step``), so
 there is one library; it is built from two objects, the wrapper and the
 kernels (``cpp_wrapper_build_separate``, ``_cpu_inductor``), and the two
-compiler runs go side by side (:func:`_compile_objects_in_parallel`), one
+compiler runs go side by side (:func:`_compile_in_background_worker`), one
 per core, before the link: inductor's own worker runs them one after the
 other.
 
@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 from torch._functorch import config as functorch_config
 from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
+
+from ._precompiled_headers import build_later, is_header_build
 
 __all__: list = []
 
@@ -92,11 +94,16 @@ class _EntryOnFirstCall:
 _serial_worker = codecache._worker_compile_cpp
 
 
-def _compile_objects_in_parallel(lock_path: str,
-                                 builders: Sequence[Any]) -> None:
-    """Inductor's build of a library from separately compiled objects
-    (``cpp_wrapper_build_separate``: the wrapper at -O1, the kernels at
-    -O3, then the link), with the two compiler runs side by side."""
+def _compile_in_background_worker(lock_path: str,
+                                  builders: Sequence[Any]) -> None:
+    """Inductor's ``_worker_compile_cpp`` while a compilation is active: a
+    missing precompiled header is built later, in the background
+    (:mod:`._precompiled_headers`), and a library from separately compiled
+    objects (``cpp_wrapper_build_separate``: the wrapper at -O1, the kernels
+    at -O3, then the link) with the two compiler runs side by side."""
+    if is_header_build(builders):
+        build_later(builders[0])
+        return
     if len(builders) != 3:
         _serial_worker(lock_path, builders)
         return
@@ -141,7 +148,7 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             _saved_lowering = functorch_config.force_non_lazy_backward_lowering
             functorch_config.force_non_lazy_backward_lowering = True
             CppWrapperCodeCache.load_pybinding = _load_pybinding_in_background
-            codecache._worker_compile_cpp = _compile_objects_in_parallel
+            codecache._worker_compile_cpp = _compile_in_background_worker
         _active += 1
     try:
         yield libraries

@@ -1,0 +1,206 @@
+"""Precompiled headers built in the background: a compilation never builds
+one itself, the background job only ever puts a complete header in place,
+one job per header at a time, and a real ``g++`` header built this way is
+the one the compiler then uses."""
+import os
+import shlex
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from poptorch_core.executor.backends import (_background_builds,
+                                             _precompiled_headers)
+from poptorch_core.executor.backends._precompiled_headers import (
+    BUILDING_SUFFIX, STALE_AFTER_S, build_later, header_builds_running,
+    is_header_build, use_precompiled_headers, wait_for_header_builds)
+
+
+class _Builder:
+    """What ``build_later`` reads of inductor's ``CppBuilder``."""
+
+    def __init__(self, target, command):
+        self.target, self.command = str(target), command
+
+    def get_target_file_path(self):
+        return self.target
+
+    def get_command_line(self):
+        return self.command
+
+    def build(self):
+        raise AssertionError("the compilation built the header itself")
+
+
+def _copy_into(target, source):
+    return _Builder(target, shlex.join(["cp", str(source), str(target)]))
+
+
+def _finished(target, timeout=60.0):
+    """Waits for the job building ``target`` to end (its marker gone)."""
+    deadline = time.monotonic() + timeout
+    while os.path.exists(target + BUILDING_SUFFIX):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{target} is still being built")
+        time.sleep(0.05)
+
+
+def _leftovers(directory):
+    return sorted(name for name in os.listdir(directory)
+                  if name.endswith((".partial", BUILDING_SUFFIX)))
+
+
+def test_only_a_single_header_precompilation_is_a_header_build(tmp_path):
+    assert is_header_build([_Builder(tmp_path / "h.h.gch", "")])
+    assert is_header_build([_Builder(tmp_path / "h.h.pch", "")])
+    assert not is_header_build([_Builder(tmp_path / "k.o", "")])
+    assert not is_header_build([_Builder(tmp_path / "h.h.gch", "")] * 2)
+
+
+def test_the_header_appears_complete_and_nothing_is_left(tmp_path):
+    source = tmp_path / "built"
+    source.write_text("header")
+    target = str(tmp_path / "h.h.gch")
+    assert build_later(_copy_into(target, source))
+    _finished(target)
+    with open(target) as f:
+        assert f.read() == "header"
+    assert _leftovers(tmp_path) == []
+
+
+def test_no_one_sees_half_a_header(tmp_path):
+    target = str(tmp_path / "h.h.gch")
+    # A "compiler" that writes its output in two halves, a moment apart.
+    assert build_later(_Builder(target, shlex.join(
+        ["sh", "-c", 'printf half > "$0"; sleep 0.5; printf half >> "$0"',
+         target])))
+    seen, deadline = set(), time.monotonic() + 60
+    while os.path.exists(target + BUILDING_SUFFIX) and \
+            time.monotonic() < deadline:
+        if os.path.exists(target):
+            with open(target) as f:
+                seen.add(f.read())
+        time.sleep(0.01)
+    _finished(target)
+    with open(target) as f:
+        seen.add(f.read())
+    assert seen == {"halfhalf"}
+
+
+def test_a_failed_build_leaves_no_header_and_can_be_retried(tmp_path):
+    target = str(tmp_path / "h.h.gch")
+    assert build_later(_copy_into(target, tmp_path / "missing"))
+    _finished(target)
+    assert not os.path.exists(target)
+    assert _leftovers(tmp_path) == []
+    (tmp_path / "missing").write_text("header")
+    assert build_later(_copy_into(target, tmp_path / "missing"))
+    _finished(target)
+    assert os.path.exists(target)
+
+
+def test_an_existing_header_is_not_built_again(tmp_path):
+    target = tmp_path / "h.h.gch"
+    target.write_text("old")
+    assert not build_later(_copy_into(target, tmp_path / "missing"))
+    assert target.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_one_build_per_header_until_its_marker_is_stale(tmp_path):
+    source = tmp_path / "built"
+    source.write_text("header")
+    target = str(tmp_path / "h.h.gch")
+    marker = target + BUILDING_SUFFIX
+    open(marker, "w").close()
+    # Another process is building it.
+    assert not build_later(_copy_into(target, source))
+    assert not os.path.exists(target)
+    # That process died long ago, leaving half a header behind.
+    partial = target + ".1234.partial"
+    open(partial, "w").close()
+    old = time.time() - STALE_AFTER_S - 1
+    os.utime(marker, (old, old))
+    assert build_later(_copy_into(target, source))
+    _finished(target)
+    assert os.path.exists(target)
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_command_that_does_not_name_its_output_is_left_alone(tmp_path):
+    target = str(tmp_path / "h.h.gch")
+    assert not build_later(_Builder(target, "true"))
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_compilation_worker_hands_headers_to_the_background(
+        tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(_background_builds, "build_later", started.append)
+    header = _Builder(tmp_path / "h.h.gch", "")
+    _background_builds._compile_in_background_worker(
+        str(tmp_path / "lock"), (header,))
+    assert started == [header]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None,
+                    reason="needs g++ (the compile backend's compiler)")
+def test_a_real_header_built_this_way_is_used_by_gcc(tmp_path):
+    header = tmp_path / "prefix.h"
+    header.write_text("#pragma once\ninline int answer() { return 42; }\n")
+    target = str(header) + ".gch"
+    builder = _Builder(target, shlex.join(
+        ["g++", "-x", "c++-header", str(header), "-o", target]))
+    assert build_later(builder)
+    _finished(target)
+    assert _leftovers(tmp_path) == []
+    source = tmp_path / "use.cpp"
+    source.write_text("int main() { return answer() == 42 ? 0 : 1; }\n")
+    # -H lists the headers read; a used precompiled header shows as "! ".
+    result = subprocess.run(
+        ["g++", "-H", "-Winvalid-pch", "-include", str(header),
+         str(source), "-o", str(tmp_path / "use")],
+        capture_output=True, text=True, check=True)
+    assert f"! {target}" in result.stderr
+    assert subprocess.run([str(tmp_path / "use")]).returncode == 0
+
+
+def test_the_job_runs_at_the_lowest_priority(tmp_path):
+    target = str(tmp_path / "h.h.gch")
+    # The "compiler" writes its own niceness as the header.
+    assert build_later(_Builder(target, shlex.join(
+        ["sh", "-c", 'nice > "$0"', target])))
+    _finished(target)
+    with open(target) as f:
+        assert int(f.read()) == min(os.nice(0) + 19, 19)
+
+
+def test_running_builds_are_the_fresh_markers(tmp_path):
+    fresh, stale = tmp_path / "a.h.gch", tmp_path / "b.h.gch"
+    open(str(fresh) + BUILDING_SUFFIX, "w").close()
+    open(str(stale) + BUILDING_SUFFIX, "w").close()
+    old = time.time() - STALE_AFTER_S - 1
+    os.utime(str(stale) + BUILDING_SUFFIX, (old, old))
+    assert header_builds_running(str(tmp_path)) == [str(fresh)]
+    assert not wait_for_header_builds(str(tmp_path), timeout=0.2)
+    os.remove(str(fresh) + BUILDING_SUFFIX)
+    assert wait_for_header_builds(str(tmp_path), timeout=0.2)
+
+
+def test_headers_follow_inductor_and_need_openssl(monkeypatch):
+    from torch._inductor import config
+
+    def which(found):
+        monkeypatch.setattr(_precompiled_headers.shutil, "which",
+                            lambda name: "/usr/bin/" + name if found else None)
+
+    with config.patch(cpp_cache_precompile_headers=True):
+        which(True)
+        assert use_precompiled_headers()
+        # Inductor hashes the preprocessed headers with openssl.
+        which(False)
+        assert not use_precompiled_headers()
+    with config.patch(cpp_cache_precompile_headers=False):
+        which(True)
+        assert not use_precompiled_headers()
