@@ -150,7 +150,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         choices=("interpret", "compile"))
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--samples", type=positive_int, default=3,
-                        help="cold and warm runs per backend (medians)")
+                        help="cold, new-model and warm runs per backend "
+                             "(medians)")
     args = parser.parse_args(argv)
     for backend, r in first_step_seconds(args.backends, args.data_root,
                                          args.samples).items():

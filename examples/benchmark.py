@@ -415,7 +415,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="collation passes (median)")
     parser.add_argument("--overhead-rounds", type=int, default=60)
     parser.add_argument("--first-step-samples", type=positive_int, default=3,
-                        help="cold and warm first-step runs per backend "
+                        help="cold, new-model and warm first-step runs "
+                             "per backend "
                              "(fresh processes; the record keeps their "
                              "medians and every sample)")
     parser.add_argument("--threads", type=int, default=None,
