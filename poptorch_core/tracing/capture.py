@@ -37,6 +37,7 @@ from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
 from . import _inplace, _interception, _loss_check, rules
 from ._decompositions import TRACE_DECOMPOSITIONS
+from ._stack_traces import torch_frames_kept
 
 __all__: List[str] = []
 
@@ -163,6 +164,7 @@ def _tracing_context(training: bool, device: torch.device,
         # Name scopes and attributes (poptorch.NameScope, Attribute,
         # MultiConv) are recorded in node.meta["custom"].
         stack.enter_context(torch.fx.traceback.preserve_node_meta())
+        stack.enter_context(torch_frames_kept())
         # make_fx records each node's value as a fake tensor; tracing real
         # tensors, it builds a new FakeTensorMode for every node unless a
         # tracing context offers one (a quarter of the NCI model's capture).
