@@ -204,3 +204,15 @@ def test_headers_follow_inductor_and_need_openssl(monkeypatch):
     with config.patch(cpp_cache_precompile_headers=False):
         which(True)
         assert not use_precompiled_headers()
+
+
+def test_an_unwritable_directory_means_no_build(tmp_path, monkeypatch):
+    def refused(*args):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(_precompiled_headers.os, "open", refused)
+    source = tmp_path / "built"
+    source.write_text("header")
+    assert not build_later(_copy_into(tmp_path / "h.h.gch", source))
+    monkeypatch.undo()
+    assert _leftovers(tmp_path) == []

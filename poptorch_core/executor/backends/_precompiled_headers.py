@@ -81,7 +81,8 @@ def is_header_build(builders: Sequence[Any]) -> bool:
 
 def _claim(marker: str) -> bool:
     """Takes ``marker`` for this build: False while another build that
-    is not stale holds it."""
+    is not stale holds it, or where the directory cannot be written (the
+    compilation then goes on without the header)."""
     for _ in range(2):
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -97,6 +98,10 @@ def _claim(marker: str) -> bool:
                     os.remove(partial)
             except FileNotFoundError:
                 pass
+            except OSError:
+                return False
+        except OSError:
+            return False
     return False
 
 
