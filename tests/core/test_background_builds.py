@@ -45,15 +45,19 @@ def test_the_backward_is_compiled_with_the_forward():
 def test_inductor_is_restored_after_the_compilation():
     loader = CppWrapperCodeCache.load_pybinding
     worker = codecache._worker_compile_cpp
+    header = codecache._precompile_header
     with pytest.raises(RuntimeError, match="inside"):
         with _background_builds.background_cpp_builds():
             assert CppWrapperCodeCache.load_pybinding is not loader
             assert codecache._worker_compile_cpp is \
                 _background_builds._compile_in_background_worker
+            assert codecache._precompile_header is \
+                _background_builds._header_unless_built
             assert torch._functorch.config.force_non_lazy_backward_lowering
             raise RuntimeError("inside")
     assert CppWrapperCodeCache.load_pybinding == loader
     assert codecache._worker_compile_cpp is worker
+    assert codecache._precompile_header is header
     assert not torch._functorch.config.force_non_lazy_backward_lowering
 
 

@@ -216,3 +216,23 @@ def test_an_unwritable_directory_means_no_build(tmp_path, monkeypatch):
     assert not build_later(_copy_into(tmp_path / "h.h.gch", source))
     monkeypatch.undo()
     assert _leftovers(tmp_path) == []
+
+
+def test_no_header_is_looked_up_for_a_library_already_built(tmp_path):
+    looked_up = []
+    header = _precompiled_headers.header_unless_built(
+        lambda *args, **kwargs: looked_up.append((args, kwargs)) or "h.h")
+
+    def load_async(main_path):  # inductor's caller, reduced to its local
+        return header("cpp_prefix.h", "g++ -O3", vec_isa="avx512")
+
+    source = tmp_path / "c1.main.cpp"
+    assert load_async(str(source)) == "h.h"  # nothing built yet
+    assert looked_up == [(("cpp_prefix.h", "g++ -O3"),
+                          {"vec_isa": "avx512"})]
+    (tmp_path / "c1.main.so").write_text("built")
+    assert load_async(str(source)) is None
+    assert len(looked_up) == 1
+    # A caller that does not name its source: looked up, as inductor does.
+    assert header("cpp_prefix.h", "g++ -O3") == "h.h"
+    assert len(looked_up) == 2

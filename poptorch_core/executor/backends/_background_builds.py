@@ -31,6 +31,10 @@ compiler runs go side by side (:func:`_compile_in_background_worker`), one
 per core, before the link: inductor's own worker runs them one after the
 other.
 
+Missing precompiled headers are built in the background too, after the
+compilation (:mod:`._precompiled_headers`), and none is looked up for a
+library that is built already.
+
 A library whose build fails raises inductor's error when it is loaded.
 On a cache hit the libraries already exist and nothing is built.
 """
@@ -44,7 +48,8 @@ from torch._functorch import config as functorch_config
 from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
 
-from ._precompiled_headers import build_later, is_header_build
+from ._precompiled_headers import (build_later, header_unless_built,
+                                   is_header_build)
 
 __all__: list = []
 
@@ -92,6 +97,8 @@ class _EntryOnFirstCall:
 
 
 _serial_worker = codecache._worker_compile_cpp
+_header_lookup = codecache._precompile_header
+_header_unless_built = header_unless_built(_header_lookup)
 
 
 def _compile_in_background_worker(lock_path: str,
@@ -149,6 +156,7 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             functorch_config.force_non_lazy_backward_lowering = True
             CppWrapperCodeCache.load_pybinding = _load_pybinding_in_background
             codecache._worker_compile_cpp = _compile_in_background_worker
+            codecache._precompile_header = _header_unless_built
         _active += 1
     try:
         yield libraries
@@ -159,5 +167,6 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             if _active == 0:
                 del CppWrapperCodeCache.load_pybinding
                 codecache._worker_compile_cpp = _serial_worker
+                codecache._precompile_header = _header_lookup
                 functorch_config.force_non_lazy_backward_lowering = \
                     _saved_lowering

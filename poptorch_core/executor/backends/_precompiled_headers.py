@@ -26,6 +26,10 @@ either way), and so does every compilation until the header is there: on
 the NCI GINE step, a first run on a machine took 9.5-10.5 s (2 cores, three
 fresh processes), as without headers.
 
+Inductor also looks a header up (preprocessing it to hash it: 0.4-0.45 s
+for the two) before it checks whether the library is built already; on a
+warm start, where nothing is built, :func:`header_unless_built` skips that.
+
 ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`` turns precompiled headers
 off, as for inductor itself.
 """
@@ -34,8 +38,9 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 __all__: List[str] = []
 
@@ -69,6 +74,25 @@ def use_precompiled_headers() -> bool:
     from torch._inductor import config
     return bool(config.cpp_cache_precompile_headers) and \
         shutil.which("openssl") is not None
+
+
+def header_unless_built(lookup: Callable[..., str]) -> Callable[..., Any]:
+    """Inductor's ``_precompile_header`` (``lookup``), except that it
+    returns None (no header) when the library that its caller,
+    ``CppCodeCache.load_async``, would build is on disk already: then
+    nothing is compiled, and looking the header up only cost time (0.44
+    s of a 2.5 s warm first step). The caller's ``main_path`` (its
+    generated source) names the library; where it has none (another torch
+    version), every header is looked up, as inductor does."""
+
+    def header(*args: Any, **kwargs: Any) -> Optional[str]:
+        source = sys._getframe(1).f_locals.get("main_path")
+        if isinstance(source, str) and \
+                os.path.exists(os.path.splitext(source)[0] + ".so"):
+            return None
+        return lookup(*args, **kwargs)
+
+    return header
 
 
 def is_header_build(builders: Sequence[Any]) -> bool:
