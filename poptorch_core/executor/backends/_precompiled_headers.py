@@ -33,6 +33,7 @@ warm start, where nothing is built, :func:`header_unless_built` skips that.
 ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`` turns precompiled headers
 off, as for inductor itself.
 """
+import contextlib
 import glob
 import os
 import shlex
@@ -103,6 +104,24 @@ def is_header_build(builders: Sequence[Any]) -> bool:
         builders[0].get_target_file_path().endswith((".gch", ".pch"))
 
 
+def _fresh(marker: str) -> bool:
+    """Whether the build that left ``marker`` may still be running."""
+    try:
+        return time.time() - os.path.getmtime(marker) < STALE_AFTER_S
+    except FileNotFoundError:
+        return False
+
+
+def _take_over(marker: str) -> None:
+    """Removes a stale ``marker`` and what its dead build left behind."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(marker)
+    for partial in glob.glob(glob.escape(marker[:-len(BUILDING_SUFFIX)])
+                             + ".*.partial"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+
+
 def _claim(marker: str) -> bool:
     """Takes ``marker`` for this build: False while another build that
     is not stale holds it, or where the directory cannot be written (the
@@ -112,16 +131,10 @@ def _claim(marker: str) -> bool:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             return True
         except FileExistsError:
+            if _fresh(marker):
+                return False
             try:
-                if time.time() - os.path.getmtime(marker) < STALE_AFTER_S:
-                    return False
-                os.remove(marker)
-                # What the dead build left behind.
-                for partial in glob.glob(glob.escape(marker[:-len(
-                        BUILDING_SUFFIX)]) + ".*.partial"):
-                    os.remove(partial)
-            except FileNotFoundError:
-                pass
+                _take_over(marker)
             except OSError:
                 return False
         except OSError:
@@ -149,7 +162,8 @@ def build_later(builder: Any) -> bool:
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        os.remove(marker)
+        with contextlib.suppress(OSError):
+            os.remove(marker)
         return False
     return True
 
@@ -158,16 +172,9 @@ def header_builds_running(directory: str) -> List[str]:
     """The headers whose background builds are under way in
     ``directory`` (a ``precompiled_headers`` directory; markers older than
     :data:`STALE_AFTER_S` are not counted)."""
-    now = time.time()
-    running = []
-    for marker in glob.glob(os.path.join(glob.escape(directory),
-                                         "*" + BUILDING_SUFFIX)):
-        try:
-            if now - os.path.getmtime(marker) < STALE_AFTER_S:
-                running.append(marker[:-len(BUILDING_SUFFIX)])
-        except FileNotFoundError:
-            pass
-    return running
+    return [marker[:-len(BUILDING_SUFFIX)] for marker in glob.glob(
+        os.path.join(glob.escape(directory), "*" + BUILDING_SUFFIX))
+        if _fresh(marker)]
 
 
 def wait_for_header_builds(directory: Optional[str] = None,
