@@ -97,8 +97,11 @@ class _EntryOnFirstCall:
 
 
 _serial_worker = codecache._worker_compile_cpp
-_header_lookup = codecache._precompile_header
-_header_unless_built = header_unless_built(_header_lookup)
+# Inductor's header lookup (torch versions without precompiled headers
+# have none: nothing to swap).
+_header_lookup = getattr(codecache, "_precompile_header", None)
+_header_unless_built = (header_unless_built(_header_lookup)
+                        if _header_lookup is not None else None)
 
 
 def _compile_in_background_worker(lock_path: str,
@@ -156,7 +159,8 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             functorch_config.force_non_lazy_backward_lowering = True
             CppWrapperCodeCache.load_pybinding = _load_pybinding_in_background
             codecache._worker_compile_cpp = _compile_in_background_worker
-            codecache._precompile_header = _header_unless_built
+            if _header_lookup is not None:
+                codecache._precompile_header = _header_unless_built
         _active += 1
     try:
         yield libraries
@@ -167,6 +171,7 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             if _active == 0:
                 del CppWrapperCodeCache.load_pybinding
                 codecache._worker_compile_cpp = _serial_worker
-                codecache._precompile_header = _header_lookup
+                if _header_lookup is not None:
+                    codecache._precompile_header = _header_lookup
                 functorch_config.force_non_lazy_backward_lowering = \
                     _saved_lowering

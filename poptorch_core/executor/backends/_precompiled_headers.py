@@ -73,8 +73,8 @@ def use_precompiled_headers() -> bool:
     the ``openssl`` command that inductor hashes the headers with exists (a
     compilation fails without it)."""
     from torch._inductor import config
-    return bool(config.cpp_cache_precompile_headers) and \
-        shutil.which("openssl") is not None
+    return bool(getattr(config, "cpp_cache_precompile_headers", False)) \
+        and shutil.which("openssl") is not None
 
 
 def header_unless_built(lookup: Callable[..., str]) -> Callable[..., Any]:
