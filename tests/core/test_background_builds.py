@@ -8,10 +8,12 @@ import torch
 from torch._dynamo.utils import counters
 from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
+from torch._inductor.codegen import cpp as cpp_codegen
 
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from poptorch_core.executor.backends import _background_builds
+from poptorch_core.executor.backends import (_background_builds,
+                                             _linear_strides)
 from poptorch_core.executor.backends._executable import Executable
 
 
@@ -46,6 +48,7 @@ def test_inductor_is_restored_after_the_compilation():
     loader = CppWrapperCodeCache.load_pybinding
     worker = codecache._worker_compile_cpp
     header = codecache._precompile_header
+    strides = cpp_codegen.stride_at_vec_range
     with pytest.raises(RuntimeError, match="inside"):
         with _background_builds.background_cpp_builds():
             assert CppWrapperCodeCache.load_pybinding is not loader
@@ -53,11 +56,14 @@ def test_inductor_is_restored_after_the_compilation():
                 _background_builds._compile_in_background_worker
             assert codecache._precompile_header is \
                 _background_builds._header_unless_built
+            assert cpp_codegen.stride_at_vec_range is \
+                _linear_strides.stride_at_vec_range
             assert torch._functorch.config.force_non_lazy_backward_lowering
             raise RuntimeError("inside")
     assert CppWrapperCodeCache.load_pybinding == loader
     assert codecache._worker_compile_cpp is worker
     assert codecache._precompile_header is header
+    assert cpp_codegen.stride_at_vec_range is strides
     assert not torch._functorch.config.force_non_lazy_backward_lowering
 
 

@@ -33,7 +33,9 @@ other.
 
 Missing precompiled headers are built in the background too, after the
 compilation (:mod:`._precompiled_headers`), and none is looked up for a
-library that is built already.
+library that is built already. One more swap shortens the code generation
+that comes before the builds: inductor's vectorisation strides skip
+``sympy.simplify`` for linear indices (:mod:`._linear_strides`).
 
 A library whose build fails raises inductor's error when it is loaded.
 On a cache hit the libraries already exist and nothing is built.
@@ -47,7 +49,9 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 from torch._functorch import config as functorch_config
 from torch._inductor import codecache
 from torch._inductor.codecache import CppWrapperCodeCache
+from torch._inductor.codegen import cpp as cpp_codegen
 
+from . import _linear_strides
 from ._precompiled_headers import (build_later, header_unless_built,
                                    is_header_build)
 
@@ -102,6 +106,9 @@ _serial_worker = codecache._worker_compile_cpp
 _header_lookup = getattr(codecache, "_precompile_header", None)
 _header_unless_built = (header_unless_built(_header_lookup)
                         if _header_lookup is not None else None)
+# Inductor's stride analysis (torch versions that name it otherwise keep
+# theirs).
+_vec_strides = getattr(cpp_codegen, "stride_at_vec_range", None)
 
 
 def _compile_in_background_worker(lock_path: str,
@@ -142,10 +149,11 @@ def _load_pybinding_in_background(*args: Any, **kwargs: Any) -> Callable:
 def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
     """While active, the graphs being compiled build their C++ wrapper
     libraries in the background, and a training graph's backward is
-    compiled with its forward. Yields the list of the libraries that this
-    thread's compilation makes (to :meth:`~_EntryOnFirstCall.load` them).
+    compiled with its forward (the other swaps of the module docstring
+    apply too). Yields the list of the libraries that this thread's
+    compilation makes (to :meth:`~_EntryOnFirstCall.load` them).
 
-    Both settings are process-wide (inductor's and AOTAutograd's), so
+    These settings are process-wide (inductor's and AOTAutograd's), so
     compilations in several threads share one activation: the first to
     enter installs them, the last to leave restores what was there."""
     global _active, _saved_lowering
@@ -161,6 +169,9 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
             codecache._worker_compile_cpp = _compile_in_background_worker
             if _header_lookup is not None:
                 codecache._precompile_header = _header_unless_built
+            if _vec_strides is not None:
+                cpp_codegen.stride_at_vec_range = \
+                    _linear_strides.stride_at_vec_range
         _active += 1
     try:
         yield libraries
@@ -173,5 +184,7 @@ def background_cpp_builds() -> Iterator[List[_EntryOnFirstCall]]:
                 codecache._worker_compile_cpp = _serial_worker
                 if _header_lookup is not None:
                     codecache._precompile_header = _header_lookup
+                if _vec_strides is not None:
+                    cpp_codegen.stride_at_vec_range = _vec_strides
                 functorch_config.force_non_lazy_backward_lowering = \
                     _saved_lowering
