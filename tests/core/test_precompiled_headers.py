@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -236,3 +237,69 @@ def test_no_header_is_looked_up_for_a_library_already_built(tmp_path):
     # A caller that does not name its source: looked up, as inductor does.
     assert header("cpp_prefix.h", "g++ -O3") == "h.h"
     assert len(looked_up) == 2
+
+
+def _load_async(header, main_path, optimized_code="kernels"):
+    """Inductor's ``load_async``, reduced to its locals and its two
+    header lookups (the wrapper's, then the kernels')."""
+    main_cmd_line, optimized_cmd_line = "g++ -O1", "g++ -O3"
+    optimized_compile_command = {"vec_isa": "avx512"}
+    device_type = "cpu"  # noqa: F841  read from this frame
+    wrapper = header("cpu.h", main_cmd_line, min_optimize=True)
+    kernels = header("torch/csrc/inductor/cpp_prefix.h", optimized_cmd_line,
+                     **optimized_compile_command)
+    return wrapper, kernels
+
+
+def test_the_kernels_header_is_looked_up_beside_the_wrappers(tmp_path):
+    """The kernels' lookup runs while the wrapper's does, and its result
+    serves the second call; each header is looked up once."""
+    kernels_started = threading.Event()
+    looked_up = []
+
+    def lookup(name, command, **kwargs):
+        looked_up.append(name)
+        if name == "cpu.h":  # returns only once the other one runs
+            assert kernels_started.wait(timeout=10)
+        else:
+            kernels_started.set()
+        return f"{name}@{command}"
+
+    header = _precompiled_headers.header_unless_built(lookup)
+    assert _load_async(header, str(tmp_path / "c1.main.cpp")) == (
+        "cpu.h@g++ -O1", "torch/csrc/inductor/cpp_prefix.h@g++ -O3")
+    assert sorted(looked_up) == ["cpu.h", "torch/csrc/inductor/cpp_prefix.h"]
+
+
+def test_a_failed_lookup_in_the_thread_raises_in_the_call(tmp_path):
+    failed_in = []
+
+    def lookup(name, command, **kwargs):
+        if name != "cpu.h":
+            failed_in.append(threading.current_thread())
+            raise RuntimeError("g++ -E failed")
+        return name
+
+    header = _precompiled_headers.header_unless_built(lookup)
+    with pytest.raises(RuntimeError, match="g.. -E failed"):
+        _load_async(header, str(tmp_path / "c1.main.cpp"))
+    assert len(failed_in) == 1
+    assert failed_in[0] is not threading.current_thread()
+
+
+def test_nothing_is_looked_up_ahead_without_kernels(tmp_path):
+    """A library without a kernels' source, or a lookup that is not the
+    wrapper's, starts no thread: each call looks its header up itself."""
+    threads = []
+    header = _precompiled_headers.header_unless_built(
+        lambda name, command, **kwargs: threads.append(
+            threading.current_thread()) or name)
+    _load_async(header, str(tmp_path / "c1.main.cpp"), optimized_code="")
+    assert threads == [threading.current_thread()] * 2
+    threads.clear()
+    main_cmd_line = "g++ -O1"  # noqa: F841  read from this frame
+    optimized_code = "kernels"  # noqa: F841
+    optimized_cmd_line = "g++ -O3"  # noqa: F841
+    optimized_compile_command = {"vec_isa": "avx512"}  # noqa: F841
+    assert header("cpu.h", "g++ -O2") == "cpu.h"
+    assert threads == [threading.current_thread()]
