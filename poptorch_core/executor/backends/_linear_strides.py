@@ -50,7 +50,7 @@ def is_linear(index: object) -> bool:
                for term, coefficient in index.as_coefficients_dict().items())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache  # as inductor caches its own (128 entries)
 def stride_at_vec_range(index: sympy.Expr, var: sympy.Symbol,
                         vec_length: Optional[int] = None) -> sympy.Expr:
     """``sizevars.stride_at_vec_range``, without the ``simplify`` of a
