@@ -31,6 +31,7 @@ from ._padding.budget import BatchRoom
 from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
+from ._fastpath.recipe import StorageRecipe, prefix_mask
 from ._padding.plan import (Level, keep_padding_indices_in_range,
                             make_padding_graphs)
 from ._padding.trim import TrimCounts, prune
@@ -130,6 +131,9 @@ class FixedSizeCollater(Collater):
         # Attribute levels of earlier batches, for batches that cannot tell.
         self._levels: Dict[str, Level] = {}
         self._warned_trim = False
+        # Decisions of an earlier batch of storage graphs, to build later
+        # ones from their rows (``_fastpath.recipe``).
+        self._recipe: Optional[StorageRecipe] = None
 
     def __call__(self, data_list: List[BaseData]) -> Batch:
         return self._collate(data_list)
@@ -143,6 +147,10 @@ class FixedSizeCollater(Collater):
 
     def _collate(self, data_list: List[BaseData],
                  bookkeeping: bool = True) -> Batch:
+        if not bookkeeping:
+            batch = self._from_recipe(data_list)
+            if batch is not None:
+                return batch
         hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
@@ -159,7 +167,45 @@ class FixedSizeCollater(Collater):
                 "most num_graphs - 1 real graphs plus one padding graph. "
                 "Increase num_graphs in FixedSizeOptions or pass fewer "
                 "graphs.")
+        trimmed_list, columns, room = self._trim_to_fit(
+            data_list, columns, room, num_pad_graphs, hetero)
+        room.check_fits(num_graphs, self.opts.num_graphs)
 
+        plan = room.plan(self._specs(trimmed_list, columns, room, hetero),
+                         num_pad_graphs, hetero)
+        batch = None
+        if self.fast_path and not hetero:
+            batch = fast_collate(trimmed_list, columns, plan,
+                                 room.nodes[None].counts, self.follow_batch,
+                                 self.exclude_keys, bookkeeping)
+        recordable = batch is not None and trimmed_list is data_list and \
+            isinstance(columns, StorageColumns) and not bookkeeping
+        if batch is None:
+            if not hetero and not isinstance(columns, StorageColumns):
+                check_edge_index(trimmed_list, room.nodes[None].counts)
+            batch = Batch.from_data_list(
+                trimmed_list + make_padding_graphs(plan),
+                follow_batch=self.follow_batch,
+                exclude_keys=self.exclude_keys)
+        keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
+        if self.add_masks_to_batch:
+            self._add_masks(batch, room, num_graphs, hetero)
+        # A fresh recipe that declined this batch stays: the next may fit.
+        if recordable and not self.follow_batch and \
+                self._fresh_recipe(data_list) is None:
+            self._recipe = StorageRecipe.record(
+                data_list, plan.specs[None], self.opts,
+                self.add_masks_to_batch, self._recipe_settings(), batch)
+        return batch
+
+    def _trim_to_fit(self, data_list: List[BaseData],
+                     columns: Optional[Columns], room: BatchRoom,
+                     num_pad_graphs: int, hetero: bool
+                     ) -> Tuple[List[BaseData], Optional[Columns],
+                                BatchRoom]:
+        """``data_list`` with nodes and edges trimmed where the collater
+        trims and the graphs overflow (a new list then), its columns and
+        its room."""
         for kind, trim in (("nodes", self.trim_nodes),
                            ("edges", self.trim_edges)):
             # Real nodes that fill their budget exactly leave padding edges
@@ -171,26 +217,35 @@ class FixedSizeCollater(Collater):
                 columns = None if hetero else Columns.of(data_list)
                 room = self._count_trimmed(room, BatchRoom.measure(
                     data_list, self.opts, columns))
-        room.check_fits(num_graphs, self.opts.num_graphs)
+        return data_list, columns, room
 
-        plan = room.plan(self._specs(data_list, columns, room, hetero),
-                         num_pad_graphs, hetero)
-        batch = None
-        if self.fast_path and not hetero:
-            batch = fast_collate(data_list, columns, plan,
-                                 room.nodes[None].counts, self.follow_batch,
-                                 self.exclude_keys, bookkeeping)
-        if batch is None:
-            if not hetero and not isinstance(columns, StorageColumns):
-                check_edge_index(data_list, room.nodes[None].counts)
-            batch = Batch.from_data_list(
-                data_list + make_padding_graphs(plan),
-                follow_batch=self.follow_batch,
-                exclude_keys=self.exclude_keys)
-        keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
-        if self.add_masks_to_batch:
-            self._add_masks(batch, room, num_graphs, hetero)
-        return batch
+    def _recipe_settings(self) -> Tuple[Any, ...]:
+        """What a recipe of this collater holds for: the options' sizes and
+        fills and the collater's own settings, as now."""
+        opts = self.opts
+        return (opts.num_graphs, opts.num_nodes, opts.num_edges,
+                opts.node_pad_value, opts.edge_pad_value,
+                opts.graph_pad_value, self.add_masks_to_batch,
+                self.trim_nodes, self.trim_edges, self.fast_path,
+                tuple(self.follow_batch or ()),
+                tuple(self.exclude_keys or ()))
+
+    def _fresh_recipe(self, data_list: List[BaseData]
+                      ) -> Optional[StorageRecipe]:
+        """The recipe of an earlier batch of ``data_list``'s storage, if
+        it holds for the collater's settings now."""
+        recipe = self._recipe
+        if recipe is None or \
+                getattr(data_list, "storage", None) is not recipe.storage \
+                or recipe.settings != self._recipe_settings():
+            return None
+        return recipe
+
+    def _from_recipe(self, data_list: List[BaseData]) -> Optional[Batch]:
+        """The batch of ``data_list`` built from the recipe of an earlier
+        batch of the same storage (``_fastpath.recipe``), or None."""
+        recipe = self._fresh_recipe(data_list)
+        return None if recipe is None else recipe.collate(data_list)
 
     def padding_batch(self, template: BaseData) -> Batch:
         """A batch of padding graphs only, with the shapes, keys and dtypes
@@ -374,18 +429,18 @@ class FixedSizeCollater(Collater):
 
     def _add_masks(self, batch: Batch, room: BatchRoom, num_real_graphs: int,
                    hetero: bool) -> None:
-        batch.graphs_mask = _prefix_mask(self.opts.num_graphs,
-                                         num_real_graphs)
+        batch.graphs_mask = prefix_mask(self.opts.num_graphs,
+                                        num_real_graphs)
         if not hetero:
-            batch.nodes_mask = _prefix_mask(room.nodes[None].limit,
-                                            room.nodes[None].real)
-            batch.edges_mask = _prefix_mask(room.edges[None].limit,
-                                            room.edges[None].real)
+            batch.nodes_mask = prefix_mask(room.nodes[None].limit,
+                                           room.nodes[None].real)
+            batch.edges_mask = prefix_mask(room.edges[None].limit,
+                                           room.edges[None].real)
             return
         for t, r in room.nodes.items():
-            batch[t].nodes_mask = _prefix_mask(r.limit, r.real)
+            batch[t].nodes_mask = prefix_mask(r.limit, r.real)
         for t, r in room.edges.items():
-            batch[t].edges_mask = _prefix_mask(r.limit, r.real)
+            batch[t].edges_mask = prefix_mask(r.limit, r.real)
 
 
 def _physical_memory() -> Optional[int]:
@@ -412,15 +467,6 @@ def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
         "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
         "data with FixedSizeOptions.from_dataset, for_packing or "
         "for_batch_size.")
-
-
-def _prefix_mask(length: int, num_true: int) -> torch.Tensor:
-    """A bool tensor of ``length`` whose first ``num_true`` entries are
-    True (built in NumPy: one tensor operation fewer per mask, three
-    masks per batch)."""
-    mask = np.zeros(length, dtype=np.bool_)
-    mask[:max(num_true, 0)] = True
-    return torch.from_numpy(mask)
 
 
 class CombinedBatchingCollater:

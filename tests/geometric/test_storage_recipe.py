@@ -1,0 +1,278 @@
+"""Batches of storage graphs built from the recipe of an earlier batch
+(``_fastpath.recipe``): bit-identical to PyG's batching of the graphs the
+dataset hands out, used only where the full path would decide the same,
+and stale once the collater's settings change."""
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import InMemoryDataset
+
+from poptorch_geometric import (FixedSizeCollater, FixedSizeDataLoader,
+                                FixedSizeOptions, FixedSizeStrategy)
+from poptorch_geometric._fastpath import recipe as recipe_module
+from poptorch_geometric._fastpath.graph_cache import CachedGraphs
+
+from ._graphs import _assert_same, graph, homogeneous_graphs
+
+
+class Graphs(InMemoryDataset):
+    """An in-memory dataset of the given graphs (PyG's own storage)."""
+
+    def __init__(self, graphs):
+        super().__init__()
+        self._data, self.slices = self.collate(graphs)
+
+
+def _graphs(n=10, **extra):
+    return [graph(2 + i % 4, 3 + i % 5, y=torch.tensor([float(i)]),
+                  seed=i, **extra) for i in range(n)]
+
+
+def _assert_as_reference(out, expected):
+    """``out`` (tensors and counts only) has the reference batch's keys,
+    in order, with equal values, dtypes and graph count."""
+    assert list(out.keys()) == list(expected.keys())
+    for key in expected.keys():
+        _assert_same(out[key], expected[key], key)
+    assert out.num_graphs == expected.num_graphs
+
+
+class _Counting:
+    """Counts the batches a collater serves from a recipe (``built``) and
+    those a fresh recipe declines (``declined``)."""
+
+    def __init__(self, monkeypatch):
+        self.built = self.declined = 0
+        from_recipe = FixedSizeCollater._from_recipe
+
+        def counted(collater, graphs):
+            fresh = collater._fresh_recipe(graphs) is not None
+            out = from_recipe(collater, graphs)
+            self.built += out is not None
+            self.declined += fresh and out is None
+            return out
+        monkeypatch.setattr(FixedSizeCollater, "_from_recipe", counted)
+
+
+def _collate_all(ds, index_lists, opts, **kwargs):
+    """The batches of ``index_lists`` from one collater fed storage lists,
+    and from the reference path fed the dataset's graph objects."""
+    collater = FixedSizeCollater(opts, **kwargs)
+    reference = FixedSizeCollater(opts, fast_path=False, **kwargs)
+    cached = CachedGraphs(ds)
+    return [(collater._tensors_and_counts(cached.__getitems__(indices)),
+             reference([ds[i] for i in indices]))
+            for indices in index_lists]
+
+
+def test_later_batches_come_from_the_recipe(monkeypatch):
+    counting = _Counting(monkeypatch)
+    ds = Graphs(_graphs())
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6,
+                            node_pad_value=-1.0, edge_pad_value=2.0)
+    batches = _collate_all(ds, [[0, 5, 2], [9, 1], [3, 4, 7, 8, 6]], opts,
+                           add_masks_to_batch=True)
+    for out, expected in batches:
+        _assert_as_reference(out, expected)
+    # The first batch records the recipe; the next two are built from it.
+    assert counting.built == 2 and counting.declined == 0
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(graphs=homogeneous_graphs(max_graphs=8), data=st.data(),
+       masks=st.booleans())
+def test_recipe_batches_match_reference(graphs, data, masks):
+    if len(graphs) < 2:
+        graphs = graphs * 2  # PyG stores a single graph without slices
+    ds = Graphs(graphs)
+    index_lists = [data.draw(st.lists(st.integers(0, len(graphs) - 1),
+                                      min_size=1, max_size=len(graphs)))
+                   for _ in range(3)]
+    most_nodes = max(sum(ds[i].num_nodes for i in indices)
+                     for indices in index_lists)
+    most_edges = max(sum(ds[i].num_edges for i in indices)
+                     for indices in index_lists)
+    opts = FixedSizeOptions(num_nodes=most_nodes + 2,
+                            num_edges=most_edges + 1,
+                            num_graphs=len(graphs) + 1,
+                            node_pad_value=-1.0, edge_pad_value=-2.0,
+                            graph_pad_value=-3.0)
+    try:
+        batches = _collate_all(ds, index_lists, opts,
+                               add_masks_to_batch=masks)
+    except AssertionError as error:  # labels neither per node nor graph
+        assert "labels y" in str(error)
+        return
+    for out, expected in batches:
+        _assert_as_reference(out, expected)
+
+
+def test_graph_level_keys_of_several_rows(monkeypatch):
+    counting = _Counting(monkeypatch)
+    ds = Graphs(_graphs(pair=torch.arange(6.0).view(2, 3)))
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6,
+                            graph_pad_value=-4.0)
+    for out, expected in _collate_all(ds, [[0, 5], [9, 1, 4]], opts):
+        assert out.pair.shape == (12, 3)
+        _assert_as_reference(out, expected)
+    assert counting.built == 1
+
+
+def test_int32_index_offsets_keep_their_dtype(monkeypatch):
+    counting = _Counting(monkeypatch)
+    graphs = _graphs()
+    for g in graphs:
+        g.edge_index = g.edge_index.to(torch.int32)
+    ds = Graphs(graphs)
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    for out, expected in _collate_all(ds, [[0, 5], [9, 1, 4]], opts):
+        assert out.edge_index.dtype == torch.int32
+        _assert_as_reference(out, expected)
+    assert counting.built == 1
+
+
+@pytest.mark.parametrize("extra", [
+    {"name": "g"},                          # a non-tensor key
+    {"root_index": torch.tensor([0])},      # a graph-level index key
+])
+def test_no_recipe_where_the_full_path_does_more(extra):
+    ds = Graphs(_graphs(**extra))
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    collater = FixedSizeCollater(opts)
+    reference = FixedSizeCollater(opts, fast_path=False)
+    for indices in ([0, 5, 2], [9, 1]):
+        out = collater._tensors_and_counts(
+            CachedGraphs(ds).__getitems__(indices))
+        assert collater._recipe is None
+        _assert_as_reference(out, reference([ds[i] for i in indices]))
+
+
+def test_plain_lists_and_bookkeeping_calls_record_nothing():
+    ds = Graphs(_graphs())
+    collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
+    collater._tensors_and_counts([ds[0], ds[1]])
+    assert collater._recipe is None
+    # ``__call__`` keeps the slice bookkeeping, which a recipe skips.
+    batch = collater(CachedGraphs(ds).__getitems__([0, 1]))
+    assert collater._recipe is None and "x" in batch._slice_dict
+
+
+def test_a_recipe_that_does_not_rebuild_its_batch_is_dropped(monkeypatch):
+    ds = Graphs(_graphs())
+    collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
+    gather = recipe_module._gather
+    monkeypatch.setattr(recipe_module, "_gather",
+                        lambda *args: gather(*args) + 1)
+    collater._tensors_and_counts(CachedGraphs(ds).__getitems__([0, 1]))
+    assert collater._recipe is None
+
+
+def test_changed_settings_make_the_recipe_stale(monkeypatch):
+    counting = _Counting(monkeypatch)
+    ds = Graphs(_graphs())
+    cached = CachedGraphs(ds)
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    collater = FixedSizeCollater(opts, add_masks_to_batch=True)
+    collater._tensors_and_counts(cached.__getitems__([0, 1]))
+    first = collater._recipe
+    assert first is not None
+    for change in (lambda: setattr(opts, "num_nodes", 31),
+                   lambda: setattr(opts, "node_pad_value", 5.0),
+                   lambda: setattr(collater, "add_masks_to_batch", False),
+                   lambda: setattr(collater, "exclude_keys", ["edge_attr"])):
+        change()
+        out = collater._tensors_and_counts(cached.__getitems__([2, 3]))
+        expected = FixedSizeCollater(
+            opts, add_masks_to_batch=collater.add_masks_to_batch,
+            exclude_keys=collater.exclude_keys, fast_path=False)(
+                [ds[2], ds[3]])
+        _assert_as_reference(out, expected)
+        assert collater._recipe is not first  # recorded again
+        first = collater._recipe
+    # After each change the stale recipe is not asked.
+    assert counting.built == 0 and counting.declined == 0
+
+
+def test_another_storage_is_not_built_from_the_recipe(monkeypatch):
+    counting = _Counting(monkeypatch)
+    a, b = Graphs(_graphs()), Graphs(_graphs(6, extra_x=torch.ones(1)))
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    collater = FixedSizeCollater(opts)
+    collater._tensors_and_counts(CachedGraphs(a).__getitems__([0, 1]))
+    out = collater._tensors_and_counts(CachedGraphs(b).__getitems__([2, 3]))
+    _assert_as_reference(out, FixedSizeCollater(opts, fast_path=False)(
+        [b[2], b[3]]))
+    assert counting.built == 0 and counting.declined == 0
+
+
+@pytest.mark.parametrize("case", ["overflow", "no_padding_node",
+                                  "one_node_graphs", "no_graph_slot"])
+def test_batches_the_full_path_decides_otherwise_are_declined(
+        monkeypatch, case):
+    counting = _Counting(monkeypatch)
+    graphs = _graphs() + [graph(1, 1, y=torch.tensor([1.0]), seed=s)
+                          for s in range(3)]
+    ds = Graphs(graphs)
+    cached = CachedGraphs(ds)
+    nodes_of = [g.num_nodes for g in graphs]
+    opts = FixedSizeOptions(num_nodes=20, num_edges=40, num_graphs=6)
+    collater = FixedSizeCollater(opts, trim_nodes=case == "no_padding_node")
+    collater._tensors_and_counts(cached.__getitems__([0, 1]))
+    recipe = collater._recipe
+    if case == "overflow":
+        indices = [3, 7, 2, 6, 1]
+        assert sum(nodes_of[i] for i in indices) > 20
+        with pytest.raises(RuntimeError, match="fixed size"):
+            collater._tensors_and_counts(cached.__getitems__(indices))
+    elif case == "no_padding_node":  # trimmed to leave one, as in full
+        indices = [3, 7, 8, 2, 6]
+        assert sum(nodes_of[i] for i in indices) == 20
+        out = collater._tensors_and_counts(cached.__getitems__(indices))
+        assert int(out.ptr[5]) == 19 and collater.trimmed.nodes == 1
+    elif case == "one_node_graphs":  # levels ambiguous: the full path
+        indices = [10, 11, 12]
+        out = collater._tensors_and_counts(cached.__getitems__(indices))
+        # Labels of one-node graphs keep the level of the first batch's.
+        reference = FixedSizeCollater(opts, fast_path=False)
+        reference([ds[0], ds[1]])
+        _assert_as_reference(out, reference([ds[i] for i in indices]))
+    else:
+        with pytest.raises(RuntimeError, match="cannot create additional"):
+            collater._tensors_and_counts(
+                cached.__getitems__([10, 11, 12, 0, 1, 9]))
+    assert counting.built == 0 and counting.declined == 1
+    assert collater._recipe is recipe  # kept for the next batch
+
+
+def test_loader_epochs_match_pyg_batching(monkeypatch, nci):
+    """Two shuffled StreamPack epochs over the real dataset: every batch
+    after the first comes from the recipe, and equals PyG's batching."""
+    counting = _Counting(monkeypatch)
+    dataset = nci[:600]
+    sizes = FixedSizeOptions.for_batch_size(dataset, 32)
+    loader = FixedSizeDataLoader(
+        dataset, batch_size=sizes.num_graphs, fixed_size_options=sizes,
+        fixed_size_strategy=FixedSizeStrategy.StreamPack, shuffle=True,
+        exclude_keys=["smiles"])
+    reference = FixedSizeCollater(sizes, add_masks_to_batch=True,
+                                  exclude_keys=["smiles"], fast_path=False)
+    indices_of = []
+    sampler_iter = type(loader.batch_sampler).__iter__
+
+    def recording(sampler):
+        for indices in sampler_iter(sampler):
+            indices_of.append(list(indices))
+            yield indices
+    with mock.patch.object(type(loader.batch_sampler), "__iter__",
+                           recording):
+        batches = [batch for _ in range(2) for batch in loader]
+    assert len(batches) == len(indices_of) > 2
+    for indices, batch in zip(indices_of, batches):
+        expected = reference([dataset[i] for i in indices])
+        for key in expected.keys():
+            assert torch.equal(batch[key], expected[key]), key
+    assert counting.built == len(batches) - 1
