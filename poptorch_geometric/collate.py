@@ -90,7 +90,10 @@ class FixedSizeCollater(Collater):
     Batches are built by a vectorised fast path that gives bit-identical
     results to the reference path (``Batch.from_data_list`` over the real
     and padding graphs); ``HeteroData`` and unusual attributes take the
-    reference path. ``fast_path=False`` forces the reference path.
+    reference path. Graphs read from one dataset storage (the loaders'
+    ``cached_graphs``) are built from the recipe of an earlier batch
+    (``_fastpath.recipe``) where the full path would decide the same.
+    ``fast_path=False`` forces the reference path.
 
     Args:
         fixed_size_options: the sizes to pad to.
@@ -147,10 +150,9 @@ class FixedSizeCollater(Collater):
 
     def _collate(self, data_list: List[BaseData],
                  bookkeeping: bool = True) -> Batch:
-        if not bookkeeping:
-            batch = self._from_recipe(data_list)
-            if batch is not None:
-                return batch
+        batch = self._from_recipe(data_list, bookkeeping)
+        if batch is not None:
+            return batch
         hetero = self._check_input(data_list)
         columns = None if hetero else Columns.of(data_list)
         room = BatchRoom.measure(data_list, self.opts, columns)
@@ -179,7 +181,7 @@ class FixedSizeCollater(Collater):
                                  room.nodes[None].counts, self.follow_batch,
                                  self.exclude_keys, bookkeeping)
         recordable = batch is not None and trimmed_list is data_list and \
-            isinstance(columns, StorageColumns) and not bookkeeping
+            isinstance(columns, StorageColumns)
         if batch is None:
             if not hetero and not isinstance(columns, StorageColumns):
                 check_edge_index(trimmed_list, room.nodes[None].counts)
@@ -241,11 +243,13 @@ class FixedSizeCollater(Collater):
             return None
         return recipe
 
-    def _from_recipe(self, data_list: List[BaseData]) -> Optional[Batch]:
+    def _from_recipe(self, data_list: List[BaseData],
+                     bookkeeping: bool) -> Optional[Batch]:
         """The batch of ``data_list`` built from the recipe of an earlier
         batch of the same storage (``_fastpath.recipe``), or None."""
         recipe = self._fresh_recipe(data_list)
-        return None if recipe is None else recipe.collate(data_list)
+        return None if recipe is None else \
+            recipe.collate(data_list, bookkeeping)
 
     def padding_batch(self, template: BaseData) -> Batch:
         """A batch of padding graphs only, with the shapes, keys and dtypes

@@ -15,7 +15,8 @@ from poptorch_geometric import (FixedSizeCollater, FixedSizeDataLoader,
 from poptorch_geometric._fastpath import recipe as recipe_module
 from poptorch_geometric._fastpath.graph_cache import CachedGraphs
 
-from ._graphs import _assert_same, graph, homogeneous_graphs
+from ._graphs import (_assert_same, assert_batches_identical, graph,
+                      homogeneous_graphs)
 
 
 class Graphs(InMemoryDataset):
@@ -48,22 +49,24 @@ class _Counting:
         self.built = self.declined = 0
         from_recipe = FixedSizeCollater._from_recipe
 
-        def counted(collater, graphs):
+        def counted(collater, graphs, bookkeeping):
             fresh = collater._fresh_recipe(graphs) is not None
-            out = from_recipe(collater, graphs)
+            out = from_recipe(collater, graphs, bookkeeping)
             self.built += out is not None
             self.declined += fresh and out is None
             return out
         monkeypatch.setattr(FixedSizeCollater, "_from_recipe", counted)
 
 
-def _collate_all(ds, index_lists, opts, **kwargs):
-    """The batches of ``index_lists`` from one collater fed storage lists,
-    and from the reference path fed the dataset's graph objects."""
+def _collate_all(ds, index_lists, opts, bookkeeping=False, **kwargs):
+    """The batches of ``index_lists`` from one collater fed storage lists
+    (with the slice bookkeeping of ``__call__`` or without it), and from
+    the reference path fed the dataset's graph objects."""
     collater = FixedSizeCollater(opts, **kwargs)
+    collate = collater if bookkeeping else collater._tensors_and_counts
     reference = FixedSizeCollater(opts, fast_path=False, **kwargs)
     cached = CachedGraphs(ds)
-    return [(collater._tensors_and_counts(cached.__getitems__(indices)),
+    return [(collate(cached.__getitems__(indices)),
              reference([ds[i] for i in indices]))
             for indices in index_lists]
 
@@ -84,8 +87,8 @@ def test_later_batches_come_from_the_recipe(monkeypatch):
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs=homogeneous_graphs(max_graphs=8), data=st.data(),
-       masks=st.booleans())
-def test_recipe_batches_match_reference(graphs, data, masks):
+       masks=st.booleans(), bookkeeping=st.booleans())
+def test_recipe_batches_match_reference(graphs, data, masks, bookkeeping):
     if len(graphs) < 2:
         graphs = graphs * 2  # PyG stores a single graph without slices
     ds = Graphs(graphs)
@@ -102,13 +105,16 @@ def test_recipe_batches_match_reference(graphs, data, masks):
                             node_pad_value=-1.0, edge_pad_value=-2.0,
                             graph_pad_value=-3.0)
     try:
-        batches = _collate_all(ds, index_lists, opts,
+        batches = _collate_all(ds, index_lists, opts, bookkeeping,
                                add_masks_to_batch=masks)
     except AssertionError as error:  # labels neither per node nor graph
         assert "labels y" in str(error)
         return
     for out, expected in batches:
-        _assert_as_reference(out, expected)
+        if bookkeeping:
+            assert_batches_identical(out, expected)
+        else:
+            _assert_as_reference(out, expected)
 
 
 def test_graph_level_keys_of_several_rows(monkeypatch):
@@ -151,23 +157,47 @@ def test_no_recipe_where_the_full_path_does_more(extra):
         _assert_as_reference(out, reference([ds[i] for i in indices]))
 
 
-def test_plain_lists_and_bookkeeping_calls_record_nothing():
+def test_plain_lists_record_nothing():
     ds = Graphs(_graphs())
     collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
     collater._tensors_and_counts([ds[0], ds[1]])
+    collater([ds[2], ds[3]])
     assert collater._recipe is None
-    # ``__call__`` keeps the slice bookkeeping, which a recipe skips.
-    batch = collater(CachedGraphs(ds).__getitems__([0, 1]))
-    assert collater._recipe is None and "x" in batch._slice_dict
 
 
-def test_a_recipe_that_does_not_rebuild_its_batch_is_dropped(monkeypatch):
+def test_bookkeeping_of_recipe_batches(monkeypatch):
+    """``__call__`` keeps the slices and increments that ``get_example``
+    and ``to_data_list`` read."""
+    counting = _Counting(monkeypatch)
+    ds = Graphs(_graphs())
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    batches = _collate_all(ds, [[0, 5, 2], [9, 1], [3, 4]], opts,
+                           bookkeeping=True, add_masks_to_batch=True)
+    for out, expected in batches:
+        assert_batches_identical(out, expected)
+    assert counting.built == 2
+    out = batches[1][0]
+    assert torch.equal(out.get_example(1).edge_index, ds[1].edge_index)
+    assert len(out.to_data_list()) == 6
+
+
+@pytest.mark.parametrize("broken", ["values", "slices"])
+def test_a_recipe_that_does_not_rebuild_its_batch_is_dropped(monkeypatch,
+                                                              broken):
     ds = Graphs(_graphs())
     collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
-    gather = recipe_module._gather
-    monkeypatch.setattr(recipe_module, "_gather",
-                        lambda *args: gather(*args) + 1)
-    collater._tensors_and_counts(CachedGraphs(ds).__getitems__([0, 1]))
+    if broken == "values":
+        gather = recipe_module._gather
+
+        def off_by_one(*args):
+            value, sizes = gather(*args)
+            return value + 1, sizes
+        monkeypatch.setattr(recipe_module, "_gather", off_by_one)
+        collater._tensors_and_counts(CachedGraphs(ds).__getitems__([0, 1]))
+    else:
+        monkeypatch.setattr(recipe_module, "_ptr", lambda sizes: torch.zeros(
+            len(sizes) + 1, dtype=torch.long))
+        collater(CachedGraphs(ds).__getitems__([0, 1]))
     assert collater._recipe is None
 
 
