@@ -223,28 +223,34 @@ class StorageRecipe:
         if sized is None:
             return None
         out = type.__call__(_DATA_BATCH)
-        store = out._store
+        # The mapping of a fresh store, written directly: PyG's setters
+        # only end there for tensor values (as in ``types._data_batch``),
+        # after about 5 us of bookkeeping per key.
+        mapping = out._store._mapping
         slices: Dict[str, Tensor] = {}
         incs: Dict[str, Tensor] = {}
         for key in self._keys:
             value, sizes = _gather(key, sized)
-            store[key.name] = value
+            mapping[key.name] = value
             if bookkeeping:
                 slices[key.name] = _ptr(sizes)
                 incs[key.name] = torch.from_numpy(sized.ptr[:-1].copy()) \
                     if key.offset else torch.zeros(len(sizes),
                                                    dtype=torch.long)
         if self._batch_vector:
-            store.batch = torch.from_numpy(np.repeat(
+            mapping["batch"] = torch.from_numpy(np.repeat(
                 np.arange(self._num_graphs, dtype=np.int64), sized.counts))
-            store.ptr = torch.from_numpy(sized.ptr)
+            mapping["ptr"] = torch.from_numpy(sized.ptr)
         out._num_graphs = self._num_graphs
         if bookkeeping:
             out._slice_dict, out._inc_dict = slices, incs
         if self._masks:
-            out.graphs_mask = prefix_mask(self._num_graphs, sized.num_real)
-            out.nodes_mask = prefix_mask(self._num_nodes, sized.real_nodes)
-            out.edges_mask = prefix_mask(self._num_edges, sized.real_edges)
+            mapping["graphs_mask"] = prefix_mask(self._num_graphs,
+                                                 sized.num_real)
+            mapping["nodes_mask"] = prefix_mask(self._num_nodes,
+                                                sized.real_nodes)
+            mapping["edges_mask"] = prefix_mask(self._num_edges,
+                                                sized.real_edges)
         return out
 
     def _sized(self, graphs: Any) -> Optional["_Sized"]:
