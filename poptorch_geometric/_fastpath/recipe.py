@@ -19,10 +19,12 @@ Invariants (what keeps a batch built from a recipe bit-identical to the
 full path's, so that using one is never visible):
 
 * a recipe is recorded only from a batch the full path built from storage
-  alone (every kept key read from the storage, no non-tensor, 0-dim or
-  ``num_nodes`` key, no graph-level index key, no trimming), and only
-  after rebuilding that same batch from the recipe gave equal keys, dtypes
-  and values (:meth:`StorageRecipe.record`);
+  alone (every kept tensor key read from the storage, no 0-dim or
+  ``num_nodes`` key, no graph-level index key, no trimming; non-tensor
+  keys such as SMILES strings are listed from the graphs, as the full path
+  lists them), and only after rebuilding that same batch from the recipe
+  gave equal keys, dtypes, values and slice bookkeeping
+  (:meth:`StorageRecipe.record`);
 * a batch is built from a recipe only when what the full path decides per
   batch comes out as recorded: every level unambiguous and the same, the
   same level of the labels, the graphs within the budgets, a padding graph
@@ -53,7 +55,7 @@ Example::
     True
 """
 import dataclasses
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -64,7 +66,7 @@ from torch_geometric.data.storage import E_KEYS, N_KEYS
 from .._padding.columns import cat_dim
 from .._padding.plan import AttrSpec, Level, split_evenly, split_hosted
 from ..common import DataBatch as _DATA_BATCH
-from .collate import _ptr
+from .collate import _ptr, _values_ok
 
 __all__: List[str] = []
 
@@ -84,12 +86,14 @@ def prefix_mask(length: int, num_true: int) -> Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class _Key:
-    """How one kept key is gathered."""
+    """How one kept key is gathered: a tensor from the storage, or (level
+    ``OTHER``) a non-tensor value of each graph, listed."""
     name: str
     level: Level
-    padded: Tensor  # the storage tensor with its fill entry appended
-    offset: bool  # node offsets are added (an index key)
-    dim: int
+    #: The storage tensor with its fill entry appended (None for OTHER).
+    padded: Optional[Tensor] = None
+    offset: bool = False  # node offsets are added (an index key)
+    dim: int = 0
 
 
 def _level(sizes: np.ndarray, nodes: np.ndarray,
@@ -160,26 +164,30 @@ class StorageRecipe:
     later batches of the same storage from their rows (see the module
     docstring). Made by :meth:`record`; :meth:`collate` builds a batch."""
 
-    def __init__(self, storage: Any, settings: Hashable, keys: List[_Key],
-                 groups: Tuple[str, str], limits: Tuple[int, int, int],
-                 masks: bool, batch_vector: bool) -> None:
+    def __init__(self, storage: Any, settings: Tuple[Any, ...], keys: List[_Key],
+                 groups: Tuple[str, str], opts: Any, masks: bool,
+                 batch_vector: bool) -> None:
         self.storage = storage
         #: What the recipe holds for (compared by the caller).
         self.settings = settings
         self._keys = keys
         # The level of each group of keys with equal slices is checked
         # once per batch (the labels' separately: another rule decides it).
-        checks = {(storage.group(k.name), k.name == "y"): k for k in keys}
+        checks = {(storage.group(k.name), k.name == "y"): k for k in keys
+                  if k.level is not Level.OTHER}
         self._checks = [(k.name, labels, k.level)
                         for (_, labels), k in checks.items()]
         self._node_group, self._edge_group = groups
-        self._num_graphs, self._num_nodes, self._num_edges = limits
+        self._num_graphs = opts.num_graphs
+        self._num_nodes, self._num_edges = opts.num_nodes, opts.num_edges
         self._masks = masks
         self._batch_vector = batch_vector
+        #: Read per batch for the padding of non-tensor keys.
+        self._opts = opts
 
     @classmethod
     def record(cls, graphs: Any, specs: List[AttrSpec], opts: Any,
-               masks: bool, settings: Hashable,
+               masks: bool, settings: Tuple[Any, ...],
                batch: Batch) -> Optional["StorageRecipe"]:
         """The recipe of ``batch``, which the full path collated from
         ``graphs`` (a list tagged with its storage and rows) with padding
@@ -206,9 +214,8 @@ class StorageRecipe:
                 keys.append(key)
         if kept:
             return None
-        recipe = cls(storage, settings, keys, groups,
-                     (opts.num_graphs, opts.num_nodes, opts.num_edges),
-                     masks, graphs[0]._store.can_infer_num_nodes)
+        recipe = cls(storage, settings, keys, groups, opts, masks,
+                     graphs[0]._store.can_infer_num_nodes)
         built = recipe.collate(graphs, _slices(batch) is not None)
         return recipe if _same(built, batch) else None
 
@@ -227,16 +234,17 @@ class StorageRecipe:
         # only end there for tensor values (as in ``types._data_batch``),
         # after about 5 us of bookkeeping per key.
         mapping = out._store._mapping
-        slices: Dict[str, Tensor] = {}
-        incs: Dict[str, Tensor] = {}
+        slices: Dict[str, Any] = {}
+        incs: Dict[str, Any] = {}
         for key in self._keys:
-            value, sizes = _gather(key, sized)
-            mapping[key.name] = value
-            if bookkeeping:
-                slices[key.name] = _ptr(sizes)
-                incs[key.name] = torch.from_numpy(sized.ptr[:-1].copy()) \
-                    if key.offset else torch.zeros(len(sizes),
-                                                   dtype=torch.long)
+            if key.level is Level.OTHER:
+                found = _listed(key.name, graphs, self._num_graphs,
+                                self._opts.pad_graph_defaults)
+                if found is None:
+                    return None
+            else:
+                found = _tensor_entry(key, sized, bookkeeping)
+            mapping[key.name], slices[key.name], incs[key.name] = found
         if self._batch_vector:
             mapping["batch"] = torch.from_numpy(np.repeat(
                 np.arange(self._num_graphs, dtype=np.int64), sized.counts))
@@ -295,6 +303,35 @@ class _Sized:
     real_edges: int
 
 
+def _tensor_entry(key: _Key, sized: _Sized, bookkeeping: bool
+                  ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """Tensor key ``key`` of the batch, with its slices and increments
+    when ``bookkeeping`` (as ``fast_collate`` builds them)."""
+    value, sizes = _gather(key, sized)
+    if not bookkeeping:
+        return value, None, None
+    incs = torch.from_numpy(sized.ptr[:-1].copy()) if key.offset \
+        else torch.zeros(len(sizes), dtype=torch.long)
+    return value, _ptr(sizes), incs
+
+
+def _listed(name: str, graphs: Any, num_graphs: int,
+            defaults: Dict[str, Any]) -> Optional[Tuple[List[Any], Tensor,
+                                                         None]]:
+    """Non-tensor key ``name`` of the batch (strings, say), its slices and
+    increments, as ``fast_collate`` lists them: the graphs' values, then
+    the padding graphs' (``pad_graph_defaults``, or the first graph's);
+    None where the full path would not list them. (A storage hands out
+    numbers as tensors: a number here is a graph's own, left to the full
+    path.)"""
+    column = [graph._store._mapping[name] for graph in graphs]
+    if not _values_ok(column) or isinstance(column[0], (int, float)):
+        return None
+    values = column + [defaults.get(name, column[0])] * (
+        num_graphs - len(column))
+    return values, torch.arange(len(values) + 1), None
+
+
 def _gather(key: _Key, sized: _Sized) -> Tuple[Tensor, np.ndarray]:
     """Key ``key`` of the batch (the real graphs' values, then padding,
     with node offsets added to index keys, as ``fast_collate`` does) and
@@ -325,8 +362,9 @@ def _gather(key: _Key, sized: _Sized) -> Tuple[Tensor, np.ndarray]:
 def _recipe_key(storage: Any, spec: AttrSpec) -> Optional[_Key]:
     """How ``spec``'s key is gathered from ``storage``; None when the full
     path does more than a gather and offsets for it."""
-    if spec.level is Level.OTHER or spec.cat_dim is None or \
-            not storage.serves(spec.key, spec.cat_dim):
+    if spec.level is Level.OTHER:
+        return _Key(spec.key, Level.OTHER)
+    if spec.cat_dim is None or not storage.serves(spec.key, spec.cat_dim):
         return None
     padded = storage.padded(spec.key, spec.fill)
     if padded is None or (spec.incremented and (
@@ -339,8 +377,8 @@ def _recipe_key(storage: Any, spec: AttrSpec) -> Optional[_Key]:
 
 def _same(built: Optional[Batch], batch: Batch) -> bool:
     """True when ``built`` has ``batch``'s keys, in order, with equal
-    tensors of equal dtypes, its graph count, and its slice bookkeeping
-    (where ``batch`` has any)."""
+    values, its graph count, and its slice bookkeeping (where ``batch`` has
+    any)."""
     if built is None or built.num_graphs != batch.num_graphs:
         return False
     pairs = [(built._store._mapping, batch._store._mapping)]
@@ -349,7 +387,7 @@ def _same(built: Optional[Batch], batch: Batch) -> bool:
             return False
         pairs += [(built._slice_dict, batch._slice_dict),
                   (built._inc_dict, batch._inc_dict)]
-    return all(_same_tensors(a, b) for a, b in pairs)
+    return all(_same_values(a, b) for a, b in pairs)
 
 
 def _slices(batch: Batch) -> Optional[Dict[str, Any]]:
@@ -357,13 +395,17 @@ def _slices(batch: Batch) -> Optional[Dict[str, Any]]:
     return getattr(batch, "_slice_dict", None)
 
 
-def _same_tensors(built: Dict[str, Any], expected: Dict[str, Any]) -> bool:
+def _same_values(built: Dict[str, Any], expected: Dict[str, Any]) -> bool:
+    """Equal keys in the same order; tensors equal with equal dtypes, other
+    values equal and of the same type."""
     if list(built) != list(expected):
         return False
     for key, value in expected.items():
         other = built[key]
-        if not (isinstance(value, Tensor) and isinstance(other, Tensor)
-                and value.dtype == other.dtype
-                and torch.equal(value, other)):
+        if isinstance(value, Tensor):
+            if not (isinstance(other, Tensor) and value.dtype == other.dtype
+                    and torch.equal(value, other)):
+                return False
+        elif type(other) is not type(value) or other != value:
             return False
     return True

@@ -141,12 +141,30 @@ def test_int32_index_offsets_keep_their_dtype(monkeypatch):
     assert counting.built == 1
 
 
-@pytest.mark.parametrize("extra", [
-    {"name": "g"},                          # a non-tensor key
-    {"root_index": torch.tensor([0])},      # a graph-level index key
-])
-def test_no_recipe_where_the_full_path_does_more(extra):
-    ds = Graphs(_graphs(**extra))
+def test_non_tensor_keys_are_listed_from_the_graphs(monkeypatch):
+    counting = _Counting(monkeypatch)
+    graphs = _graphs()
+    for i, g in enumerate(graphs):
+        g.smiles = "C" * (i + 1)
+    ds = Graphs(graphs)
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    collater = FixedSizeCollater(opts)
+    cached = CachedGraphs(ds)
+    for indices, defaults in (([3, 1], {}), ([9, 0, 4], {}),
+                              ([2, 5], {"smiles": "pad"})):
+        opts.pad_graph_defaults = defaults  # read by every batch
+        out = collater(cached.__getitems__(indices))
+        expected = FixedSizeCollater(opts, fast_path=False)(
+            [ds[i] for i in indices])
+        assert_batches_identical(out, expected)
+        assert out.smiles[len(indices):] == [
+            defaults.get("smiles", ds[indices[0]].smiles)] * (
+                6 - len(indices))
+    assert counting.built == 2
+
+
+def test_no_recipe_for_a_graph_level_index_key():
+    ds = Graphs(_graphs(root_index=torch.tensor([0])))
     opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
     collater = FixedSizeCollater(opts)
     reference = FixedSizeCollater(opts, fast_path=False)
