@@ -164,9 +164,9 @@ class StorageRecipe:
     later batches of the same storage from their rows (see the module
     docstring). Made by :meth:`record`; :meth:`collate` builds a batch."""
 
-    def __init__(self, storage: Any, settings: Tuple[Any, ...], keys: List[_Key],
-                 groups: Tuple[str, str], opts: Any, masks: bool,
-                 batch_vector: bool) -> None:
+    def __init__(self, storage: Any, settings: Tuple[Any, ...],
+                 keys: List[_Key], groups: Tuple[str, str], opts: Any,
+                 masks: bool, batch_vector: bool) -> None:
         self.storage = storage
         #: What the recipe holds for (compared by the caller).
         self.settings = settings
