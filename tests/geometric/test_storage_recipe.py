@@ -168,9 +168,9 @@ def test_no_recipe_for_a_graph_level_index_key():
     opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
     collater = FixedSizeCollater(opts)
     reference = FixedSizeCollater(opts, fast_path=False)
+    cached = CachedGraphs(ds)
     for indices in ([0, 5, 2], [9, 1]):
-        out = collater._tensors_and_counts(
-            CachedGraphs(ds).__getitems__(indices))
+        out = collater._tensors_and_counts(cached.__getitems__(indices))
         assert collater._recipe is None
         _assert_as_reference(out, reference([ds[i] for i in indices]))
 
@@ -199,24 +199,96 @@ def test_bookkeeping_of_recipe_batches(monkeypatch):
     assert len(out.to_data_list()) == 6
 
 
-@pytest.mark.parametrize("broken", ["values", "slices"])
-def test_a_recipe_that_does_not_rebuild_its_batch_is_dropped(monkeypatch,
-                                                              broken):
-    ds = Graphs(_graphs())
-    collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
-    if broken == "values":
-        gather = recipe_module._gather
+def _break_values(monkeypatch):
+    gather = recipe_module._gather
 
-        def off_by_one(*args):
-            value, sizes = gather(*args)
-            return value + 1, sizes
-        monkeypatch.setattr(recipe_module, "_gather", off_by_one)
-        collater._tensors_and_counts(CachedGraphs(ds).__getitems__([0, 1]))
-    else:
-        monkeypatch.setattr(recipe_module, "_ptr", lambda sizes: torch.zeros(
-            len(sizes) + 1, dtype=torch.long))
-        collater(CachedGraphs(ds).__getitems__([0, 1]))
+    def off_by_one(*args):
+        value, sizes = gather(*args)
+        return value + 1, sizes
+    monkeypatch.setattr(recipe_module, "_gather", off_by_one)
+
+
+def _break_slices(monkeypatch):
+    monkeypatch.setattr(recipe_module, "_ptr", lambda sizes: torch.zeros(
+        len(sizes) + 1, dtype=torch.long))
+
+
+def _break_listing(monkeypatch):
+    listed = recipe_module._listed
+
+    def reversed_values(*args):
+        values, slices, incs = listed(*args)
+        return values[::-1], slices, incs
+    monkeypatch.setattr(recipe_module, "_listed", reversed_values)
+
+
+def _break_keys(monkeypatch):
+    collate = recipe_module.StorageRecipe.collate
+
+    def extra_key(recipe, graphs, bookkeeping=True):
+        out = collate(recipe, graphs, bookkeeping)
+        out._store._mapping["extra"] = torch.zeros(1)
+        return out
+    monkeypatch.setattr(recipe_module.StorageRecipe, "collate", extra_key)
+
+
+@pytest.mark.parametrize("broken, bookkeeping", [
+    (_break_values, False), (_break_values, True), (_break_slices, True),
+    (_break_listing, True), (_break_keys, False)])
+def test_a_recipe_that_does_not_rebuild_its_batch_is_dropped(
+        monkeypatch, broken, bookkeeping):
+    graphs = _graphs()
+    for i, g in enumerate(graphs):
+        g.smiles = "C" * (i + 1)
+    ds = Graphs(graphs)
+    collater = FixedSizeCollater(FixedSizeOptions(30, 40, 6))
+    broken(monkeypatch)
+    collate = collater if bookkeeping else collater._tensors_and_counts
+    collate(CachedGraphs(ds).__getitems__([0, 1]))
     assert collater._recipe is None
+
+
+def test_a_recipe_that_declines_its_own_batch_is_not_kept():
+    """Real graphs that fill the node and edge budgets exactly need no
+    padding node: the full path collates them, a recipe would not."""
+    ds = Graphs(_graphs())
+    nodes = ds[0].num_nodes + ds[1].num_nodes
+    edges = ds[0].num_edges + ds[1].num_edges
+    collater = FixedSizeCollater(FixedSizeOptions(nodes, edges, 4))
+    out = collater._tensors_and_counts(CachedGraphs(ds).__getitems__([0, 1]))
+    assert int(out.ptr[2]) == nodes and collater._recipe is None
+
+
+def test_node_level_labels_are_served(monkeypatch):
+    counting = _Counting(monkeypatch)
+    graphs = [graph(2 + i % 4, 3 + i % 5, seed=i,
+                    y=torch.arange(2 + i % 4)) for i in range(10)]
+    ds = Graphs(graphs)
+    opts = FixedSizeOptions(num_nodes=30, num_edges=40, num_graphs=6)
+    for out, expected in _collate_all(ds, [[0, 5, 2], [9, 1], [3, 4]],
+                                      opts, add_masks_to_batch=True):
+        assert out.y.shape == (30,)
+        _assert_as_reference(out, expected)
+    assert counting.built == 2
+
+
+def test_a_graph_level_key_sized_like_the_nodes_and_edges(monkeypatch):
+    """A batch whose graphs have as many nodes as edges as rows of a
+    graph-level key: the full path cannot tell its level from the sizes
+    and falls back on PyG's rule; the recipe declines such a batch."""
+    counting = _Counting(monkeypatch)
+    graphs = [graph(2, 2, seed=i, pair=torch.ones(2, 3) * i)
+              for i in range(4)] + [graph(3, 5, seed=9,
+                                          pair=torch.ones(2, 3))]
+    ds = Graphs(graphs)
+    opts = FixedSizeOptions(num_nodes=20, num_edges=20, num_graphs=5)
+    collater = FixedSizeCollater(opts)
+    reference = FixedSizeCollater(opts, fast_path=False)
+    cached = CachedGraphs(ds)
+    for indices in ([4, 0], [1, 2, 3]):
+        out = collater._tensors_and_counts(cached.__getitems__(indices))
+        _assert_as_reference(out, reference([ds[i] for i in indices]))
+    assert counting.built == 0 and counting.declined == 1
 
 
 def test_changed_settings_make_the_recipe_stale(monkeypatch):
