@@ -6,7 +6,7 @@ from unittest import mock
 
 import torch
 from hypothesis import strategies as st
-from torch_geometric.data import Batch, Data, HeteroData
+from torch_geometric.data import Batch, Data, HeteroData, InMemoryDataset
 
 
 def graph(num_nodes: int, num_edges: int, num_features: int = 2,
@@ -26,6 +26,14 @@ def graph(num_nodes: int, num_edges: int, num_features: int = 2,
     for key, value in extra.items():
         data[key] = value
     return data
+
+
+class InMemoryGraphs(InMemoryDataset):
+    """An in-memory dataset of the given graphs, in PyG's own storage."""
+
+    def __init__(self, graphs: List[Any], transform: Any = None) -> None:
+        super().__init__(transform=transform)
+        self._data, self.slices = self.collate(graphs)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from torch.nn import Parameter
-from torch_geometric.data import Data, HeteroData, InMemoryDataset
+from torch_geometric.data import Data, HeteroData
 
 from poptorch_geometric._fastpath.storage import GraphStorage
 from poptorch_geometric._padding.columns import (Columns, StorageColumns,
@@ -22,7 +22,7 @@ from poptorch_geometric._padding.columns import (Columns, StorageColumns,
 from poptorch_geometric._padding.sizes import (edge_count, hetero_counts,
                                                homogeneous_counts, node_count)
 
-from ._graphs import graph
+from ._graphs import InMemoryGraphs, graph
 
 
 def _pyg_nodes(data: Data):
@@ -173,19 +173,14 @@ def test_columns_read_each_graph_once():
     assert torch.equal(out, torch.cat([g.edge_index for g in graphs], 1))
 
 
-class _Graphs(InMemoryDataset):
-    def __init__(self, graphs):
-        super().__init__()
-        self._data, self.slices = self.collate(graphs)
-
-
 def _storage_columns(corrupt: Callable[[torch.Tensor], torch.Tensor]):
     """StorageColumns of graphs 4, 1 and 6 of a dataset, built over copies
     of those graphs whose storage keys were replaced by ``corrupt(value)``
     and which carry a key the storage lacks (``extra``): whatever is read
     from the graphs instead of the storage shows."""
-    ds = _Graphs([graph(2 + i % 3, 3 + i % 4, y=torch.tensor([float(i)]),
-                        seed=i) for i in range(7)])
+    ds = InMemoryGraphs([graph(2 + i % 3, 3 + i % 4,
+                               y=torch.tensor([float(i)]), seed=i)
+                         for i in range(7)])
     order = [4, 1, 6]
     truth = [ds[i] for i in order]
     data_list = []

@@ -4,10 +4,12 @@ graph and the value, in both collation paths and from a dataset's
 storage, instead of giving a batch that silently joins graphs."""
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData, InMemoryDataset
+from torch_geometric.data import Data, HeteroData
 
 import poptorch_geometric as pyg_ipu
 from poptorch_geometric import FixedSizeCollater, FixedSizeOptions
+
+from ._graphs import InMemoryGraphs
 
 
 def _graph(num_nodes, edges, **extra):
@@ -61,20 +63,15 @@ def test_graphs_with_different_attributes_raise():
     FixedSizeCollater(OPTS, exclude_keys=["y"])(graphs)
 
 
-class _Stored(InMemoryDataset):
-    def __init__(self, graphs):
-        super().__init__(root=None)
-        self.data, self.slices = self.collate(graphs)
-
-
 def test_storage_is_checked_once_with_the_dataset_index():
     graphs = [_graph(3, [[0, 1]]) for _ in range(5)]
     graphs[3] = _graph(2, [[0, 5]])
     with pytest.raises(ValueError, match=r"Graph 3 of the dataset has an "
                        r"edge_index entry 5, outside its 2 node"):
-        pyg_ipu.FixedSizeDataLoader(_Stored(graphs), batch_size=3,
+        pyg_ipu.FixedSizeDataLoader(InMemoryGraphs(graphs), batch_size=3,
                                     fixed_size_options=OPTS)
     # A view without the bad graph loads.
-    loader = pyg_ipu.FixedSizeDataLoader(_Stored(graphs)[:3], batch_size=4,
+    loader = pyg_ipu.FixedSizeDataLoader(InMemoryGraphs(graphs)[:3],
+                                         batch_size=4,
                                          fixed_size_options=OPTS)
     assert sum(int(b.graphs_mask.sum()) for b in loader) == 3

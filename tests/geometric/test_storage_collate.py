@@ -6,7 +6,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import Subset, random_split
-from torch_geometric.data import Data, HeteroData, InMemoryDataset
+from torch_geometric.data import Data, HeteroData
 
 from poptorch_geometric import (CombinedBatchingCollater, FixedSizeCollater,
                                 FixedSizeDataLoader, FixedSizeOptions,
@@ -16,16 +16,9 @@ from poptorch_geometric._fastpath.graph_cache import (CachedGraphs, GraphList,
                                              cached_graphs)
 from poptorch_geometric._fastpath.storage import GraphStorage
 
+from ._graphs import InMemoryGraphs as Graphs
 from ._graphs import (assert_batches_identical, fast_path_only, graph,
                       homogeneous_graphs)
-
-
-class Graphs(InMemoryDataset):
-    """An in-memory dataset of the given graphs (PyG's own storage)."""
-
-    def __init__(self, graphs, transform=None):
-        super().__init__(transform=transform)
-        self._data, self.slices = self.collate(graphs)
 
 
 class OwnGet(Graphs):

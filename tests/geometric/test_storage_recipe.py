@@ -8,23 +8,15 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch_geometric.data import InMemoryDataset
 
 from poptorch_geometric import (FixedSizeCollater, FixedSizeDataLoader,
                                 FixedSizeOptions, FixedSizeStrategy)
 from poptorch_geometric._fastpath import recipe as recipe_module
 from poptorch_geometric._fastpath.graph_cache import CachedGraphs
 
+from ._graphs import InMemoryGraphs as Graphs
 from ._graphs import (_assert_same, assert_batches_identical, graph,
                       homogeneous_graphs)
-
-
-class Graphs(InMemoryDataset):
-    """An in-memory dataset of the given graphs (PyG's own storage)."""
-
-    def __init__(self, graphs):
-        super().__init__()
-        self._data, self.slices = self.collate(graphs)
 
 
 def _graphs(n=10, **extra):
