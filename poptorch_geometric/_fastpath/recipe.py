@@ -64,7 +64,8 @@ from torch_geometric.data import Batch
 from torch_geometric.data.storage import E_KEYS, N_KEYS
 
 from .._padding.columns import cat_dim
-from .._padding.plan import AttrSpec, Level, split_evenly, split_hosted
+from .._padding.plan import (AttrSpec, Level, graph_spec, split_evenly,
+                             split_hosted)
 from ..common import DataBatch as _DATA_BATCH
 from .collate import _ptr, _values_ok
 
@@ -198,21 +199,14 @@ class StorageRecipe:
         if storage is None or not graphs or isinstance(opts.num_nodes, dict):
             return None
         mapping = graphs[0]._store._mapping
-        kept = {spec.key: spec for spec in specs}
         groups = (_count_group(storage, mapping, N_KEYS),
                   _count_group(storage, mapping, E_KEYS))
         if None in groups or "num_nodes" in mapping or \
                 "num_edges" in mapping:
             return None
-        keys = []
-        for name in mapping:
-            spec = kept.pop(name, None)
-            if spec is not None:
-                key = _recipe_key(storage, spec)
-                if key is None:
-                    return None
-                keys.append(key)
-        if kept:
+        # The specs follow the first graph's key order, as the batch does.
+        keys = [_recipe_key(storage, spec) for spec in specs]
+        if None in keys:
             return None
         recipe = cls(storage, settings, keys, groups, opts, masks,
                      graphs[0]._store.can_infer_num_nodes)
@@ -239,7 +233,7 @@ class StorageRecipe:
         for key in self._keys:
             if key.level is Level.OTHER:
                 found = _listed(key.name, graphs, self._num_graphs,
-                                self._opts.pad_graph_defaults)
+                                self._opts)
                 if found is None:
                     return None
             else:
@@ -316,8 +310,7 @@ def _tensor_entry(key: _Key, sized: _Sized, bookkeeping: bool
 
 
 def _listed(name: str, graphs: Any, num_graphs: int,
-            defaults: Dict[str, Any]) -> Optional[Tuple[List[Any], Tensor,
-                                                         None]]:
+            opts: Any) -> Optional[Tuple[List[Any], Tensor, None]]:
     """Non-tensor key ``name`` of the batch (strings, say), its slices and
     increments, as ``fast_collate`` lists them: the graphs' values, then
     the padding graphs' (``pad_graph_defaults``, or the first graph's);
@@ -327,8 +320,9 @@ def _listed(name: str, graphs: Any, num_graphs: int,
     column = [graph._store._mapping[name] for graph in graphs]
     if not _values_ok(column) or isinstance(column[0], (int, float)):
         return None
-    values = column + [defaults.get(name, column[0])] * (
-        num_graphs - len(column))
+    # The padding value is the full path's: ``graph_spec``'s fill.
+    fill = graph_spec(opts, name, column[0], None, use_defaults=True).fill
+    values = column + [fill] * (num_graphs - len(column))
     return values, torch.arange(len(values) + 1), None
 
 
