@@ -110,11 +110,14 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     from torch._inductor.compile_fx import compile_fx
     options: Dict[str, Any] = {}
     builds: contextlib.AbstractContextManager = contextlib.nullcontext()
+    scatters: contextlib.AbstractContextManager = contextlib.nullcontext()
     if all(t.device.type == "cpu" for t in tensors):
         from ._background_builds import background_cpp_builds
         from ._cpu_inductor import compile_fx_options
+        from ._row_scatter import fast_row_scatters
         options = compile_fx_options()
         builds = background_cpp_builds()
+        scatters = fast_row_scatters()
         # No wait for the ISA probe here: inductor's first request for its
         # ISA list waits for it (``_isa_probe``).
     options["config_patches"] = {**EAGER_NUMERICS,
@@ -122,7 +125,8 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
     with tracing(TracingContext(fake_mode)), \
-            _without_placeholder_values(gm), builds as libraries:
+            _without_placeholder_values(gm), scatters, \
+            builds as libraries:
         compiled = compile_fx(gm, fakes, **options)
     generated()
     for library in libraries or ():
