@@ -199,13 +199,23 @@ def _line_class() -> type:
     return RowScatterLine
 
 
+_INSTALL_LOCK = threading.Lock()
+
+
 def _install() -> None:
     """Wraps ``CppWrapperCpu.generate_scatter_fallback`` once; the wrapper
     does anything new only in threads where the patch is active."""
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
-    original = CppWrapperCpu.generate_scatter_fallback
-    if getattr(original, "_poptorch_row_scatter", False):
-        return
+    with _INSTALL_LOCK:
+        original = CppWrapperCpu.generate_scatter_fallback
+        if not getattr(original, "_poptorch_row_scatter", False):
+            CppWrapperCpu.generate_scatter_fallback = _wrapped(original)
+
+
+def _wrapped(original):
+    """``original`` (inductor's ``generate_scatter_fallback``), writing
+    the loop instead where it applies."""
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
     def generate_scatter_fallback(self, node) -> None:
         shape = row_scatter_shape(node) \
@@ -223,7 +233,7 @@ def _install() -> None:
         _Emitted.count += 1
 
     generate_scatter_fallback._poptorch_row_scatter = True
-    CppWrapperCpu.generate_scatter_fallback = generate_scatter_fallback
+    return generate_scatter_fallback
 
 
 def emitted() -> int:
