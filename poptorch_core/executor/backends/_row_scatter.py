@@ -99,9 +99,22 @@ extern "C" bool {KERNEL_NAME}(
 }}
 """
 
-KERNEL_DECLARATION = (
-    f'extern "C" bool {KERNEL_NAME}(float*, const int64_t*, int64_t, '
-    "const float*, int64_t, int64_t, int64_t, int64_t*);")
+#: What the C++ wrapper sees: the loop's declaration, and the data pointer
+#: of whatever handle inductor writes for a tensor (an RAII handle, a
+#: constant, or a plain ``AtenTensorHandle``).
+KERNEL_DECLARATION = f"""
+extern "C" bool {KERNEL_NAME}(float*, const int64_t*, int64_t, const float*,
+                              int64_t, int64_t, int64_t, int64_t*);
+template <typename Handle>
+static inline void* {KERNEL_NAME}_data(const Handle& handle) {{
+  return handle.data_ptr();
+}}
+static inline void* {KERNEL_NAME}_data(AtenTensorHandle handle) {{
+  void* data;
+  AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_data_ptr(handle, &data));
+  return data;
+}}
+"""
 
 _SUM_KERNEL = "aten.scatter_reduce_.two"
 
@@ -171,12 +184,12 @@ def _call_line(node, shape: Tuple[int, int, int, int]) -> str:
     """The C++ wrapper's statement that runs the loop for ``node``."""
     rows, width, n, index_stride = shape
     out, index, src = (t.codegen_reference() for t in node.inputs)
+    data = f"{KERNEL_NAME}_data"
     return (
         f"{{ int64_t bad_index; if (!{KERNEL_NAME}("
-        f"(float*)({out}.data_ptr()), "
-        f"(const int64_t*)({index}.data_ptr()), {index_stride}L, "
-        f"(const float*)({src}.data_ptr()), {n}L, {rows}L, {width}L, "
-        "&bad_index)) throw std::runtime_error(\"index \" + "
+        f"(float*){data}({out}), (const int64_t*){data}({index}), "
+        f"{index_stride}L, (const float*){data}({src}), {n}L, {rows}L, "
+        f"{width}L, &bad_index)) throw std::runtime_error(\"index \" + "
         "std::to_string(bad_index) + \" is out of bounds for dimension 0 "
         f"with size {rows}\"); }}")
 
