@@ -16,11 +16,12 @@ measured on the NCI GINE model (a compiled training step went from about
   ``index_put`` into the ``scatter_add`` of an expanded column, so both
   run as ATen's kernel while inductor still fuses the element-wise work
   around them; narrow float32 rows, the GNN case, then run as a plain
-  loop about twice as fast as ATen's (``_row_scatter``). (Before, both became a Python custom op around
-  ``index_add``: about 100 us a call more, 19 calls per NCI training step,
-  which took 8.9-9.6 ms instead of 7.3-7.6 ms; and ``aten.index_add``
-  itself, which inductor can only call through its generic dispatcher
-  path, doubled the C++ compile time of the first step.)
+  loop about twice as fast as ATen's (``_row_scatter``). (Before, both
+  became a Python custom op around ``index_add``: about 100 us a call
+  more, 19 calls per NCI training step, which took 8.9-9.6 ms instead of
+  7.3-7.6 ms; and ``aten.index_add`` itself, which inductor can only call
+  through its generic dispatcher path, doubled the C++ compile time of
+  the first step.)
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
   ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's

@@ -128,11 +128,9 @@ class _RowScatters(threading.local):
 _ACTIVE = _RowScatters()
 
 
-class _Emitted:
-    """How many scatters the patch has written as the loop, all threads
-    together (the tests' and benchmarks' evidence that it applied)."""
-
-    count = 0
+#: How many scatters the patch has written as the loop, all threads
+#: together (the tests' evidence that it applied).
+_emitted = 0
 
 
 def _static(values) -> Optional[Tuple[int, ...]]:
@@ -147,14 +145,14 @@ def row_scatter_shape(node) -> Optional[Tuple[int, int, int, int]]:
     """``(rows, width, n, index_stride)`` of a ``ScatterFallback`` IR node
     that the loop computes exactly (see the module docstring), else
     None."""
-    kwargs = getattr(node, "kwargs", {}) or {}
     if node.python_kernel_name != _SUM_KERNEL or not node.src_is_tensor or \
-            kwargs.get("reduce") != "sum" or \
-            kwargs.get("include_self") is not True or \
+            node.kwargs.get("reduce") != "sum" or \
+            node.kwargs.get("include_self") is not True or \
             node.constant_args[0] != 0 or len(node.inputs) != 3:
         return None
     out, index, src = node.inputs
-    if out.get_device().type != "cpu" or \
+    device = out.get_device()
+    if device is None or device.type != "cpu" or \
             out.get_dtype() != torch.float32 or \
             src.get_dtype() != torch.float32 or \
             index.get_dtype() != torch.int64 or \
@@ -243,7 +241,8 @@ def _wrapped(original):
                                cpp_definition=KERNEL_DECLARATION)
             self._poptorch_row_scatter_defined = True
         self.writeline(_line_class()(self, node, shape))
-        _Emitted.count += 1
+        global _emitted
+        _emitted += 1
 
     generate_scatter_fallback._poptorch_row_scatter = True
     return generate_scatter_fallback
@@ -251,7 +250,7 @@ def _wrapped(original):
 
 def emitted() -> int:
     """How many row scatter-adds compilations have written as the loop."""
-    return _Emitted.count
+    return _emitted
 
 
 @contextlib.contextmanager
