@@ -12,6 +12,7 @@ import torch._inductor.config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
+from poptorch_core.executor.backends import _row_scatter
 from poptorch_core.executor.backends._cpu_inductor import (
     POST_GRAD_PASS, CpuPostGradPass, compile_fx_options)
 
@@ -151,12 +152,21 @@ def _batches():
                torch.arange(20) // 5, torch.randn(4, generator=gen))
 
 
-def test_compiled_message_passing_matches_interpret():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_message_passing_matches_interpret(threads):
+    """With two threads inductor calls a scatter kernel for the row sums,
+    which the ``compile`` backend writes as its own loop (``_row_scatter``);
+    with one it writes its own serial loop."""
     # Graphs loaded from inductor's caches skip the passes: compile afresh
     # so that the count below sees this run's rewrites.
-    with torch._inductor.config.patch(fx_graph_cache=False), \
+    before = _row_scatter.emitted()
+    with torch._inductor.config.patch({"fx_graph_cache": False,
+                                       "cpp.threads": threads}), \
             torch._functorch.config.patch(enable_autograd_cache=False):
         _compiled_message_passing_matches_interpret()
+    # The message sum and the three row gradients; the pooling sums a
+    # vector, which stays ATen's.
+    assert _row_scatter.emitted() - before == (4 if threads == 2 else 0)
 
 
 def _compiled_message_passing_matches_interpret():
