@@ -220,17 +220,17 @@ def _install() -> None:
     with _INSTALL_LOCK:
         original = CppWrapperCpu.generate_scatter_fallback
         if not getattr(original, "_poptorch_row_scatter", False):
-            CppWrapperCpu.generate_scatter_fallback = _wrapped(original)
+            CppWrapperCpu.generate_scatter_fallback = _wrapped(
+                CppWrapperCpu, original)
 
 
-def _wrapped(original):
-    """``original`` (inductor's ``generate_scatter_fallback``), writing
+def _wrapped(wrapper_class: type, original):
+    """``original`` (``wrapper_class.generate_scatter_fallback``), writing
     the loop instead where it applies."""
-    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
     def generate_scatter_fallback(self, node) -> None:
         shape = row_scatter_shape(node) \
-            if _ACTIVE.active and type(self) is CppWrapperCpu else None
+            if _ACTIVE.active and type(self) is wrapper_class else None
         if shape is None:
             original(self, node)
             return
