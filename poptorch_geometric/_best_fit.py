@@ -94,22 +94,29 @@ def _top_up(nodes: np.ndarray, edges: np.ndarray, node_room: int,
     ``node_room`` and ``edge_room`` with at most ``slots`` graphs. With a
     ``skew`` (the batch's nodes minus its edges / ``ratio``, the data's
     edges per node), also steering the skew towards 0."""
+    # Rooms are compared as 0-d arrays: NumPy 2 takes a slower path for a
+    # Python int against an array (weak-scalar promotion), and at these
+    # sizes a call's overhead is most of its cost.
     chosen: List[int] = []
-    index = ((nodes <= node_room) & (edges <= edge_room)).nonzero()[0]
+    index = ((nodes <= np.array(node_room)) &
+             (edges <= np.array(edge_room))).nonzero()[0]
     cand_nodes, cand_edges = nodes[index], edges[index]
     balance = skew is not None
     shape = cand_nodes - cand_edges / ratio if balance else None
-    while index.size and len(chosen) < slots:
-        score = np.minimum(cand_nodes * (1.0 / max(node_room, 1)),
-                           cand_edges * (1.0 / max(edge_room, 1)))
+    while index.size:
+        score = np.minimum(cand_nodes * np.array(1.0 / max(node_room, 1)),
+                           cand_edges * np.array(1.0 / max(edge_room, 1)))
         if balance:
             weight = BALANCE / max(node_room + edge_room / ratio, 1.0)
             score -= weight * np.abs(skew + shape)
         best = int(score.argmax())
         chosen.append(int(index[best]))
+        if len(chosen) == slots:
+            break
         node_room -= int(cand_nodes[best])
         edge_room -= int(cand_edges[best])
-        keep = (cand_nodes <= node_room) & (cand_edges <= edge_room)
+        keep = ((cand_nodes <= np.array(node_room)) &
+                (cand_edges <= np.array(edge_room)))
         keep[best] = False
         if balance:
             skew += float(shape[best])
@@ -121,7 +128,10 @@ def _top_up(nodes: np.ndarray, edges: np.ndarray, node_room: int,
 
 def _leading(fits: np.ndarray) -> int:
     """How many of the leading entries of ``fits`` are True."""
-    return fits.size if fits.all() else int(fits.argmin())
+    if not fits.size:
+        return 0
+    first = int(fits.argmin())  # the first False, or 0 when all are True
+    return fits.size if fits[first] else first
 
 
 def greedy_length(node_sums: np.ndarray, edge_sums: np.ndarray,
@@ -204,23 +214,30 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     # The padding-room rule in terms of sizes minus one: a batch of c
     # graphs fits iff its sums of (size - 1) stay within these rooms.
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
-    nodes, edges = nodes - 1, edges - 1
+    # Float64 sizes (exact: counts stay far below 2**53) and 0-d rooms
+    # spare NumPy an int-to-float cast in every score and a slow path for
+    # Python scalars in every comparison: a batch costs about a dozen NumPy
+    # calls on a few hundred entries, so their overhead is the cost.
+    nodes, edges = nodes - 1.0, edges - 1.0
     ratio = _edges_per_node(nodes, edges) if lookahead else 0.0
     width = max(lookahead, max_graphs)
+    rooms = np.array(float(node_room)), np.array(float(edge_room))
     total = len(nodes)
     # The positions not packed yet, in order, are ``carry`` (passed over by
     # earlier batches: fewer than ``width``) then ``cursor`` onwards. Each
     # batch touches only its window, so an epoch costs O(batches x width),
     # however long the dataset.
-    carry = np.empty(0, dtype=np.int64)
+    positions = np.arange(total)
+    carry = positions[:0]
     cursor = 0
     while carry.size or cursor < total:
         fresh = min(cursor + width - carry.size, total)
-        window = np.concatenate((carry, np.arange(cursor, fresh)))
+        window = np.concatenate((carry, positions[cursor:fresh]))
         cursor = fresh
         head = window[:max_graphs]
-        node_sums, edge_sums = nodes[head].cumsum(), edges[head].cumsum()
-        count = greedy_length(node_sums, edge_sums, node_room, edge_room)
+        node_sums = np.add.accumulate(nodes[head])
+        edge_sums = np.add.accumulate(edges[head])
+        count = greedy_length(node_sums, edge_sums, rooms[0], rooms[1])
         skew = None
         if ratio and 1 < count < window.size:
             count, skew = _cut_if_lopsided(
@@ -238,6 +255,7 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
                         max_graphs - count, ratio, skew)
         taken = np.zeros(window.size, dtype=bool)
         taken[:count] = True
-        taken[np.asarray(extra, dtype=np.int64) + count] = True
+        for i in extra:
+            taken[count + i] = True
         carry = window[~taken]
         yield window[taken]
