@@ -12,9 +12,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 from poptorch_geometric import FixedSizeOptions, StreamPackingSampler
+from poptorch_geometric import _packing
 from poptorch_geometric.datasets import SyntheticMolecules
 
 
@@ -135,6 +138,51 @@ def test_for_packing_with_shuffle_matches_the_brute_force_rule(seed,
                                         shuffle=True, lookahead=0)
     assert (opts.num_nodes, opts.num_edges) == _brute_force_budgets(
         sizes, num_graphs, orders=_seeded_shuffles(sizes))
+
+
+@pytest.mark.parametrize("count,num_graphs,seed", [(600, 64, 11),
+                                                   (500, 48, 13)])
+def test_for_packing_stops_at_the_efficiency_bound(monkeypatch, count,
+                                                   num_graphs, seed):
+    """With large batches the search stops walking batch counts once no
+    later count can be more efficient, and still finds the budgets of the
+    search over every count."""
+    dataset = SyntheticMolecules(count, seed=seed)
+    sizes = [(g.num_nodes, g.num_edges) for g in dataset]
+    tried = []
+    tightest = _packing._tightest_budgets
+    monkeypatch.setattr(_packing, "_tightest_budgets",
+                        lambda *args: tried.append(args[5]) or
+                        tightest(*args))
+    opts = FixedSizeOptions.for_packing(dataset, graphs_per_batch=num_graphs,
+                                        shuffle=False, lookahead=0)
+    assert (opts.num_nodes, opts.num_edges) == \
+        _brute_force_budgets(sizes, num_graphs)
+    fewest = math.ceil(count / (num_graphs - 1))
+    assert tried == list(range(fewest, fewest + len(tried)))
+    assert len(tried) < fewest + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 20)),
+                      min_size=1, max_size=40),
+       num_graphs=st.integers(2, 9), extra_nodes=st.integers(0, 40))
+def test_efficiency_bound_holds_for_any_budget(sizes, num_graphs,
+                                               extra_nodes):
+    """No node budget (edges following by the ratio) that packs the graphs
+    into B batches fills more of its slots than the bound for B."""
+    edge_budget = _edge_budget(sizes, num_graphs)
+    num_nodes = max(n for n, _ in sizes) + num_graphs - 1 + extra_nodes
+    num_edges = edge_budget(num_nodes)
+    batches = _batches(sizes, num_graphs, num_nodes, num_edges)
+    total_n = sum(n for n, _ in sizes)
+    total_e = sum(e for _, e in sizes)
+    efficiency = min(total_n / (batches * num_nodes),
+                     total_e / (batches * num_edges) if total_e else 1.0)
+    bound = _packing._efficiency_bound(
+        np.array([n for n, _ in sizes]), np.array([e for _, e in sizes]),
+        num_graphs, batches)
+    assert efficiency <= bound + 1e-12
 
 
 def test_for_packing_is_reproducible_with_shuffle():
