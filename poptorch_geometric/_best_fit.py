@@ -216,7 +216,7 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
     # Float64 sizes (exact: counts stay far below 2**53) and 0-d rooms
     # spare NumPy an int-to-float cast in every score and a slow path for
-    # Python scalars in every comparison: a batch costs about a dozen NumPy
+    # Python scalars in every comparison: a batch costs a few dozen NumPy
     # calls on a few hundred entries, so their overhead is the cost.
     nodes, edges = nodes - 1.0, edges - 1.0
     ratio = _edges_per_node(nodes, edges) if lookahead else 0.0

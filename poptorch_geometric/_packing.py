@@ -287,9 +287,10 @@ def packing_budget(nodes: Sequence[int], edges: Sequence[int],
     of the two) wins. The walk over ``B`` stops once the padding room alone
     keeps every later ``B`` below the best efficiency found
     (:func:`_efficiency_bound`): on NCI with 128 graph slots after 5 of 41
-    batch counts, for the same budgets in a quarter of the time. With ``shuffle``, its node budget is then raised to
-    the smallest that packs :data:`_CONFIRM_SHUFFLES` seeded shuffles into
-    ``B`` batches too (:func:`_confirmed_budgets`).
+    batch counts, for the same budgets in a quarter of the time. With
+    ``shuffle``, its node budget is then raised to the smallest that packs
+    :data:`_CONFIRM_SHUFFLES` seeded shuffles into ``B`` batches too
+    (:func:`_confirmed_budgets`).
     """
     n, e, ratio = _size_arrays(nodes, edges)
     sizes = _Sizes(n, e, lookahead, shuffle)
