@@ -268,7 +268,9 @@ class FixedSizeOptions:
         padding) needs ``B`` batches, found by bisection (packing is not
         quite monotone in the budget, so rarely a slightly larger one); the
         budgets with the best slot efficiency (the lower of the node and
-        edge figures) win.
+        edge figures) win. Candidates stop once the padding room that ``B``
+        batches must keep (one node and edge per free slot) caps their
+        efficiency at no more than the best found.
 
         Packing tops batches up from the next ``lookahead`` samples (see
         :class:`StreamPackingSampler`; 0 is PopTorch's greedy packing), and
