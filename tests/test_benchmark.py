@@ -53,9 +53,24 @@ def test_ratios_are_finite_and_complete(record):
                 "training_interpret_async_over_pyg_eager",
                 "training_interpret_async_over_sync",
                 "training_best_over_pyg_eager",
-                "executor_overhead_interpret_over_eager"):
+                "executor_overhead_interpret_over_eager",
+                "training_interpret_ceiling_over_pyg_eager"):
         assert isinstance(ratios[key], float) and math.isfinite(ratios[key]) \
             and ratios[key] > 0, key
+
+
+def test_interpret_ceiling_is_the_pyg_iteration_over_the_step(record):
+    """The ceiling is recomputed from its parts, which are all timed."""
+    _, data = record
+    overhead = data["overhead"]
+    for key in ("interpret_step_ms", "eager_step_ms", "pyg_loading_ms",
+                "pyg_step_ms"):
+        assert overhead[key] > 0, key
+    assert overhead["interpret_ceiling_over_pyg"] == pytest.approx(
+        (overhead["pyg_loading_ms"] + overhead["pyg_step_ms"]) /
+        overhead["interpret_step_ms"])
+    assert data["ratios"]["training_interpret_ceiling_over_pyg_eager"] == \
+        overhead["interpret_ceiling_over_pyg"]
 
 
 def test_simulated_ipu_estimate_is_recorded(record):
