@@ -1,7 +1,8 @@
 """How a captured graph is run: the ``interpret`` and ``compile`` backends.
 
 ``interpret`` calls the traced ``GraphModule`` directly (its generated Python
-code calls the ATen ops, without ``nn.Module`` dispatch). ``compile`` hands
+code calls the ATen ops, without ``nn.Module`` dispatch), in a copy whose
+dead temporaries are written in place (``_in_place``). ``compile`` hands
 the same graph to inductor (``compile_fx``) on the first call, and compiles
 exactly once. A training micro-batch on the CPU
 (:meth:`Executable.run_training`) is traced with its loss seed and its
@@ -44,6 +45,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ._fused_adam import (FusedAdamKey, FusedAdamState, FusedAdamStep,
                           step_inputs, trace_fused_adam_step)
+from ._in_place import write_temporaries_in_place
 from ._isa_probe import start_vec_isa_probe
 from ._training_step import TrainingStepGraph, trace_training_step
 
@@ -161,6 +163,8 @@ class Executable:
                              f"expected one of {BACKENDS}")
         self.backend = backend
         self.graph_module = graph_module
+        self._interpreted = write_temporaries_in_place(graph_module) \
+            if backend == "interpret" else graph_module
         self.compilations = 0
         self.compile_seconds = 0.0
         self.on_compiled: Optional[Callable[[], None]] = None
@@ -174,7 +178,7 @@ class Executable:
         buffers, then inputs). The ``compile`` backend compiles on the first
         call."""
         if self.backend == "interpret":
-            return list(self.graph_module(*tensors))
+            return list(self._interpreted(*tensors))
         return list(self.prepare(tensors)(*tensors))
 
     def prepare(self, tensors: Sequence[torch.Tensor]) -> Callable:
