@@ -209,8 +209,9 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     into batches of at most ``max_graphs`` graphs, ``max_nodes`` nodes and
     ``max_edges`` edges (padding-room rule included). Yields each batch as
     the sorted positions of its graphs. Every graph must fit an empty batch
-    (callers reject the others first). ``lookahead=0`` is PopTorch's greedy
-    packing."""
+    (callers reject the others first): one that does not raises
+    ``ValueError`` when its batch comes. ``lookahead=0`` is PopTorch's
+    greedy packing."""
     # The padding-room rule in terms of sizes minus one: a batch of c
     # graphs fits iff its sums of (size - 1) stay within these rooms.
     node_room, edge_room = max_nodes - max_graphs, max_edges - max_graphs
@@ -238,6 +239,14 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         node_sums = np.add.accumulate(nodes[head])
         edge_sums = np.add.accumulate(edges[head])
         count = greedy_length(node_sums, edge_sums, rooms[0], rooms[1])
+        if not count:
+            # A caller's bug, but it must not loop: no batch could take it.
+            raise ValueError(
+                f"The graph at position {int(head[0])} "
+                f"({int(nodes[head[0]]) + 1:.0f} nodes, "
+                f"{int(edges[head[0]]) + 1:.0f} edges) does not fit an empty "
+                f"batch of {max_graphs} graphs, {max_nodes} nodes and "
+                f"{max_edges} edges: reject such graphs before packing.")
         skew = None
         if ratio and 1 < count < window.size:
             count, skew = _cut_if_lopsided(

@@ -47,10 +47,13 @@ def sampling_order(sampler: Iterable[int]) -> np.ndarray:
     """The indices one pass over ``sampler`` yields, as an int64 array.
 
     Torch's ``SequentialSampler`` and (default) ``RandomSampler`` are drawn
-    with one tensor op and the same random draws as iterating them (one
-    ``randperm`` for the order and the empty tail ``RandomSampler`` draws
-    after it), about 20 times as fast as a Python loop over 5,000 ints;
-    other samplers are iterated.
+    with one tensor op and the same random draws as iterating them, about 20
+    times as fast as a Python loop over 5,000 ints; other samplers are
+    iterated. A ``RandomSampler`` draws its order with one ``randperm`` and
+    then an empty tail with another: the tail is drawn here too when the
+    sampler has a generator of its own, which it advances; without one, both
+    come from a generator seeded from torch's global one and dropped after
+    the epoch, so the tail changes nothing (about 20 us of 5,000 samples).
     """
     if type(sampler) is SequentialSampler:
         return np.arange(len(sampler.data_source), dtype=np.int64)
@@ -63,7 +66,8 @@ def sampling_order(sampler: Iterable[int]) -> np.ndarray:
             generator.manual_seed(seed)
         size = len(sampler.data_source)
         order = torch.randperm(size, generator=generator).numpy()
-        torch.randperm(size, generator=generator)  # the empty tail's draw
+        if sampler.generator is not None:
+            torch.randperm(size, generator=generator)  # the empty tail
         return order
     return np.fromiter((int(i) for i in sampler), dtype=np.int64)
 
@@ -186,6 +190,11 @@ class StreamPackingSampler(Sampler[List[int]]):
                 "pre_transform.")
         self._node_array: Optional[np.ndarray] = None
         self._edge_array: Optional[np.ndarray] = None
+        #: Whether every sample's size is in the arrays above.
+        self._all_sizes_known = False
+        #: The budgets for which every sample fits an empty batch, once
+        #: all sizes are known: epochs then skip the per-epoch check.
+        self._all_fit_budgets: Optional[Tuple[int, int, int]] = None
 
     @property
     def num_skipped(self) -> int:
@@ -224,14 +233,14 @@ class StreamPackingSampler(Sampler[List[int]]):
         (``_best_fit``). Samples that fit no batch are rejected first."""
         order = sampling_order(self.base_sampler)
         nodes, edges = self._window_sizes(order)
-        too_big = ((nodes - 1 > self.max_num_nodes - self.max_num_graphs) |
-                   (edges - 1 > self.max_num_edges - self.max_num_graphs))
-        for position in np.flatnonzero(too_big).tolist():
-            idx = int(order[position])
-            self._reject(idx, int(nodes[position]), int(edges[position]))
-            skipped.append(idx)
-        keep = ~too_big
-        order, nodes, edges = order[keep], nodes[keep], edges[keep]
+        if not self._all_fit():
+            too_big = self._too_big(nodes, edges)
+            for position in np.flatnonzero(too_big).tolist():
+                idx = int(order[position])
+                self._reject(idx, int(nodes[position]), int(edges[position]))
+                skipped.append(idx)
+            keep = ~too_big
+            order, nodes, edges = order[keep], nodes[keep], edges[keep]
         for batch in best_fit_batches(nodes, edges, self.max_num_graphs,
                                       self.max_num_nodes, self.max_num_edges,
                                       self.lookahead):
@@ -260,6 +269,24 @@ class StreamPackingSampler(Sampler[List[int]]):
             yield window[:count].tolist()
             start += count
 
+    def _too_big(self, nodes: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Which of these sizes do not fit an empty batch."""
+        return ((nodes - 1 > self.max_num_nodes - self.max_num_graphs) |
+                (edges - 1 > self.max_num_edges - self.max_num_graphs))
+
+    def _all_fit(self) -> bool:
+        """Whether every sample of the dataset is known to fit an empty
+        batch under the current budgets."""
+        budgets = (self.max_num_graphs, self.max_num_nodes,
+                   self.max_num_edges)
+        if self._all_fit_budgets == budgets:
+            return True
+        if not self._all_sizes_known or \
+                self._too_big(self._node_array, self._edge_array).any():
+            return False
+        self._all_fit_budgets = budgets
+        return True
+
     def _window_sizes(self, window: np.ndarray):
         """Node and edge counts of the samples ``window``, each read from
         the dataset the first time it is needed."""
@@ -267,12 +294,13 @@ class StreamPackingSampler(Sampler[List[int]]):
             self._node_array = np.full(len(self.data_source), -1, np.int64)
             self._edge_array = np.full(len(self.data_source), -1, np.int64)
         nodes = self._node_array[window]
-        if (nodes < 0).any():
+        if not self._all_sizes_known and (nodes < 0).any():
             for idx in window[nodes < 0].tolist():
                 num_nodes, num_edges = self._size(idx)
                 self._node_array[idx] = num_nodes
                 self._edge_array[idx] = num_edges
             nodes = self._node_array[window]
+            self._all_sizes_known = bool((self._node_array >= 0).all())
         return nodes, self._edge_array[window]
 
     def _pack_one_by_one(self, skipped: List[int]) -> Iterator[List[int]]:

@@ -221,6 +221,22 @@ def test_a_lopsided_prefix_keeps_its_first_graph():
     assert sorted(i for b in batches for i in b) == list(range(6))
 
 
+@pytest.mark.parametrize("lookahead", [0, 4])
+def test_a_graph_no_batch_can_take_raises_instead_of_looping(lookahead):
+    # 2 slots, 8 nodes: one node stays for the free slot, so a graph of 8
+    # nodes fits no batch. Callers reject such graphs; if one gets
+    # through, packing stops with the reason instead of yielding empty
+    # batches for ever.
+    nodes = np.array([3, 8, 2])
+    batches = best_fit_batches(nodes, np.ones_like(nodes), 2, 8, 10,
+                               lookahead)
+    with pytest.raises(ValueError,
+                       match=r"position 1 \(8 nodes, 1 edges\) does not "
+                             r"fit an empty batch of 2 graphs, 8 nodes"):
+        for _ in range(10):
+            next(batches)
+
+
 def test_lookahead_fills_what_greedy_leaves_empty():
     # 3 graphs and 12 nodes per batch: greedy closes the first batch at
     # 6 + 4 nodes (the next graph has 4); the window holds a 2-node graph

@@ -2,8 +2,8 @@
 record of a fresh sampler, the full ``len()`` message for a shuffling base
 sampler, a ``RandomSampler`` that draws ``num_samples`` indices, the
 one-by-one path taken for datasets with a transform (skip record, log
-lines; its error is in test_stream_packing_messages), the exact border of "fits an empty batch" with a lookahead, and
-sizes read from the dataset once only."""
+lines; its error is in test_stream_packing_messages), the exact border of "fits an empty batch" with a lookahead, sizes read
+from the dataset once only, and budgets lowered after an epoch."""
 import contextlib
 import logging
 import re
@@ -189,3 +189,25 @@ def test_sizes_are_read_once_even_for_graphs_without_nodes(lookahead):
     assert ds.reads == [1] * len(ds)
     assert [batch for batch in sampler] == first
     assert ds.reads == [1] * len(ds)
+
+
+def test_budgets_lowered_after_an_epoch_skip_what_no_longer_fits():
+    """Once every size is known and fits, epochs skip the per-epoch check;
+    budgets changed afterwards are checked again, against the same rule."""
+    nodes, edges = [2, 6, 3, 1, 4], [1, 5, 2, 1, 3]
+    sampler = StreamPackingSampler(_dataset(nodes, edges), 2,
+                                   max_num_nodes=12, max_num_edges=12,
+                                   allow_skip_data=True, lookahead=4)
+    for _ in range(2):
+        assert sorted(i for batch in sampler for i in batch) == \
+            list(range(5))
+        assert sampler.skipped_indices == []
+    sampler.max_num_nodes, sampler.max_num_edges = 6, 9
+    kept = sorted(i for batch in sampler for i in batch)
+    expected = [i for i in range(5) if not _fits_empty_batch(
+        nodes[i], edges[i], 2, 6, 9)]
+    assert sampler.skipped_indices == expected == [1]
+    assert kept == [0, 2, 3, 4]
+    sampler.allow_skip_data = False
+    with pytest.raises(RuntimeError):
+        list(sampler)
