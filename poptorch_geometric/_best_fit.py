@@ -202,6 +202,19 @@ def _edges_per_node(nodes: np.ndarray, edges: np.ndarray) -> float:
         else 0.0
 
 
+def _fits_no_batch(position: int, nodes: np.ndarray, edges: np.ndarray,
+                   max_graphs: int, max_nodes: int,
+                   max_edges: int) -> ValueError:
+    """The error for the graph at ``position`` (sizes minus one), which no
+    batch can take: callers reject such graphs first, and packing must not
+    loop on one (it would yield empty batches for ever)."""
+    return ValueError(
+        f"The graph at position {position} ({nodes[position] + 1:.0f} "
+        f"nodes, {edges[position] + 1:.0f} edges) does not fit an empty "
+        f"batch of {max_graphs} graphs, {max_nodes} nodes and {max_edges} "
+        "edges: reject such graphs before packing.")
+
+
 def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
                      max_nodes: int, max_edges: int,
                      lookahead: int) -> Iterator[np.ndarray]:
@@ -224,10 +237,8 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
     width = max(lookahead, max_graphs)
     rooms = np.array(float(node_room)), np.array(float(edge_room))
     total = len(nodes)
-    # The positions not packed yet, in order, are ``carry`` (passed over by
-    # earlier batches: fewer than ``width``) then ``cursor`` onwards. Each
-    # batch touches only its window, so an epoch costs O(batches x width),
-    # however long the dataset.
+    # The positions not packed yet, in order: ``carry`` (passed over, fewer
+    # than ``width``), then ``cursor`` on. A batch touches only its window.
     positions = np.arange(total)
     carry = positions[:0]
     cursor = 0
@@ -239,14 +250,9 @@ def best_fit_batches(nodes: np.ndarray, edges: np.ndarray, max_graphs: int,
         node_sums = np.add.accumulate(nodes[head])
         edge_sums = np.add.accumulate(edges[head])
         count = greedy_length(node_sums, edge_sums, rooms[0], rooms[1])
-        if not count:
-            # A caller's bug, but it must not loop: no batch could take it.
-            raise ValueError(
-                f"The graph at position {int(head[0])} "
-                f"({int(nodes[head[0]]) + 1:.0f} nodes, "
-                f"{int(edges[head[0]]) + 1:.0f} edges) does not fit an empty "
-                f"batch of {max_graphs} graphs, {max_nodes} nodes and "
-                f"{max_edges} edges: reject such graphs before packing.")
+        if not count:  # no batch can take the oldest graph
+            raise _fits_no_batch(int(head[0]), nodes, edges, max_graphs,
+                                 max_nodes, max_edges)
         skew = None
         if ratio and 1 < count < window.size:
             count, skew = _cut_if_lopsided(
