@@ -40,6 +40,8 @@ from typing import Optional
 import torch
 import torch.fx
 
+from ._lowering import copied_graph
+
 __all__: list = []
 
 _aten = torch.ops.aten
@@ -88,9 +90,7 @@ def write_temporaries_in_place(graph_module: torch.fx.GraphModule
     docstring); ``graph_module`` itself when none can."""
     if all(_in_place_args(n) is None for n in graph_module.graph.nodes):
         return graph_module
-    graph = torch.fx.Graph()
-    graph.set_codegen(graph_module.graph._codegen)
-    graph.output(graph.graph_copy(graph_module.graph, {}))
+    graph = copied_graph(graph_module)
     # Decided on the copy as it was: a rewrite changes no node's users.
     rewrites = [(n, _in_place_args(n)) for n in graph.nodes]
     for node, args in rewrites:

@@ -146,6 +146,16 @@ def _drop_identities(graph: torch.fx.Graph) -> None:
             graph.erase_node(node)
 
 
+def copied_graph(graph_module: torch.fx.GraphModule) -> torch.fx.Graph:
+    """A copy of ``graph_module``'s graph (same code generator) for a pass
+    to rewrite: the original stays as it is (the captured graph is what the
+    Ir shows)."""
+    graph = torch.fx.Graph()
+    graph.set_codegen(graph_module.graph._codegen)
+    graph.output(graph.graph_copy(graph_module.graph, {}))
+    return graph
+
+
 def lower_for_host(graph_module: torch.fx.GraphModule
                      ) -> torch.fx.GraphModule:
     """A copy of ``graph_module`` with the marker ops replaced and the
@@ -154,9 +164,7 @@ def lower_for_host(graph_module: torch.fx.GraphModule
     if all(_lowered_target(n) is None and _dropped_for(n, set()) is None
            for n in graph_module.graph.nodes):
         return graph_module
-    graph = torch.fx.Graph()
-    graph.set_codegen(graph_module.graph._codegen)
-    graph.output(graph.graph_copy(graph_module.graph, {}))
+    graph = copied_graph(graph_module)
     for node in graph.nodes:
         target = _lowered_target(node)
         if target is not None:
