@@ -2,8 +2,9 @@
 record of a fresh sampler, the full ``len()`` message for a shuffling base
 sampler, a ``RandomSampler`` that draws ``num_samples`` indices, the
 one-by-one path taken for datasets with a transform (skip record, log
-lines; its error is in test_stream_packing_messages), the exact border of "fits an empty batch" with a lookahead, sizes read
-from the dataset once only, and budgets lowered after an epoch."""
+lines; its error is in test_stream_packing_messages), the exact border of
+"fits an empty batch" with a lookahead, sizes read from the dataset once
+only, and budgets lowered after an epoch."""
 import contextlib
 import logging
 import re
