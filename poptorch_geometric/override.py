@@ -14,11 +14,14 @@ it around every capture. While it is active:
 - every module binding one of the functions of
   :func:`function_substitutions` (``knn_graph``, ``radius_graph``,
   ``remove_self_loops``, ``add_remaining_self_loops``,
-  ``to_dense_batch``, ..., and the
+  ``to_dense_batch``, ``scatter``, ``softmax``, ``degree``, ..., and the
   ``torch_scatter`` / ``torch_cluster`` functions when those optional
   packages are loaded) sees the fixed-shape version under the same name;
 - PyG's optional fast kernels (``torch_scatter``, pyg-lib) are switched off,
-  so PyG takes its plain-PyTorch paths, which trace.
+  so PyG takes its plain-PyTorch paths, which trace;
+- empty edge slots (index -1, from the neighbour searches and from
+  ``remove_self_loops``) are inert in message passing's gather, in
+  scatters, softmax and degrees (:mod:`poptorch_geometric.ops.empty_slots`).
 
 A PyG function that reads a size from tensor values because the caller
 did not give it (``scatter`` without ``dim_size``, ``global_add_pool``
@@ -64,6 +67,8 @@ _OWN_PREFIXES = ("poptorch_geometric", "poptorch_core", "poptorch")
 _NEIGHBOUR_OPS = ("knn", "knn_graph", "radius", "radius_graph", "nearest")
 _UTILS_OPS = ("remove_self_loops", "add_remaining_self_loops",
               "to_dense_batch")
+#: PyG functions that read edge indices, made to ignore empty (-1) slots.
+_EMPTY_SLOT_OPS = ("scatter", "softmax", "degree")
 
 
 def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
@@ -72,6 +77,8 @@ def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
     package's further fixed-shape layers."""
     nn = torch_geometric.nn
     table: Dict[Any, Dict[str, Callable]] = {
+        nn.MessagePassing: {
+            "_index_select": ops.empty_slots.message_passing_index_select},
         nn.aggr.base.Aggregation: {
             "assert_sorted_index": ops.Aggregation.assert_sorted_index},
         nn.aggr.QuantileAggregation: {
@@ -106,6 +113,8 @@ def function_substitutions() -> List[Tuple[Callable, Callable]]:
     when those packages are loaded."""
     pairs = [(getattr(torch_geometric.utils, name), getattr(ops, name))
              for name in _UTILS_OPS]
+    pairs += [(getattr(torch_geometric.utils, name),
+               getattr(ops.empty_slots, name)) for name in _EMPTY_SLOT_OPS]
     pairs += [(getattr(torch_geometric.nn.pool, name), getattr(ops, name))
               for name in _NEIGHBOUR_OPS]
     pairs.append((torch_geometric.nn.unpool.knn_interpolate,

@@ -7,10 +7,12 @@ entries of an edge). :mod:`poptorch_geometric.override` substitutes these
 for PyG's versions while PopTorch traces a model; they are also usable
 directly.
 
-To run message passing over a neighbour-search result that has empty
-slots, replace -1 by a real index and weigh the messages by the mask, e.g.
-``valid = edge_index[0] >= 0; edge_index = edge_index.clamp(min=0)`` and a
-sum aggregation of ``message * valid``: the empty slots then add exactly 0.
+Empty slots are inert in PyG's message passing, scatters, softmax and
+degrees while a model is traced (:mod:`.empty_slots`, whose ``scatter``,
+``softmax``, ``degree`` and ``index_select`` follow the same rule when
+called directly). Code that indexes with an edge index itself
+(``x[edge_index[0]]``) reads row -1, the last one, for an empty slot: weigh
+such terms by ``edge_index[0] >= 0``.
 
 Example::
 
@@ -20,6 +22,7 @@ Example::
     tensor([[1, 0, 0],
             [0, 1, 2]])
 """
+from . import empty_slots
 from .aggregation import Aggregation
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
@@ -42,5 +45,5 @@ __all__ = [
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
     "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
-    "to_dense_batch",
+    "to_dense_batch", "empty_slots",
 ]

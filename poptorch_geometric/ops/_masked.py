@@ -4,7 +4,8 @@ import math
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import scatter
+
+from .empty_slots import scatter
 
 __all__ = ["masked_aggregate"]
 

@@ -13,7 +13,8 @@ Example::
 import torch
 import torch_geometric.nn
 from torch import Tensor
-from torch_geometric.utils import scatter
+
+from .empty_slots import scatter
 
 __all__ = ["ClusterGCNConv"]
 

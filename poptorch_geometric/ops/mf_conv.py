@@ -14,7 +14,8 @@ from typing import Optional, Tuple, Union
 import torch
 import torch_geometric.nn
 from torch import Tensor
-from torch_geometric.utils import degree
+
+from .empty_slots import degree
 
 __all__ = ["MFConv"]
 

@@ -18,7 +18,9 @@ from typing import Optional
 import torch
 import torch_geometric.nn.aggr
 from torch import Tensor
-from torch_geometric.utils import cumsum, scatter
+from torch_geometric.utils import cumsum
+
+from .empty_slots import scatter, to_sink
 
 __all__ = ["QuantileAggregation"]
 
@@ -50,6 +52,8 @@ class QuantileAggregation(torch_geometric.nn.aggr.QuantileAggregation):
         self.assert_index_present(index)
         if dim_size is None:   # as PyG; inside a traced model: pass it
             dim_size = int(index.max()) + 1 if index.numel() else 0
+        # Empty slots sort after every group and count in none.
+        index = to_sink(index, dim_size)
         count = scatter(torch.ones_like(index), index, 0, dim_size,
                         reduce="sum")
         start = cumsum(count)[:-1].clamp(max=x.size(dim) - 1)

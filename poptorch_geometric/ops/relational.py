@@ -19,6 +19,7 @@ import torch_geometric.nn
 from torch import Tensor
 
 from ._masked import masked_aggregate
+from .empty_slots import index_select
 
 __all__ = ["RGCNConv", "FiLMConv"]
 
@@ -51,7 +52,7 @@ class RGCNConv(torch_geometric.nn.RGCNConv):
             weight = (self.comp @ weight.view(self.num_bases, -1)).view(
                 self.num_relations, self.in_channels_l, self.out_channels)
         source, target = _ends(self, edge_index)
-        messages = x_l.index_select(0, source)
+        messages = index_select(x_l, 0, source)
         out = x_r.new_zeros(x_r.size(0), self.out_channels)
         for i in range(self.num_relations):
             h = masked_aggregate(messages, target, edge_type == i,
@@ -89,9 +90,9 @@ class FiLMConv(torch_geometric.nn.FiLMConv):
         source, target = _ends(self, edge_index)
         for i, (lin, film) in enumerate(zip(self.lins, self.films)):
             beta, gamma = film(x[1]).split(self.out_channels, dim=-1)
-            messages = gamma.index_select(0, target) * \
-                lin(x[0]).index_select(0, source) + \
-                beta.index_select(0, target)
+            messages = index_select(gamma, 0, target) * \
+                index_select(lin(x[0]), 0, source) + \
+                index_select(beta, 0, target)
             if self.act is not None:
                 messages = self.act(messages)
             out = out + masked_aggregate(messages, target, edge_type == i,

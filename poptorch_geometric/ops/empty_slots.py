@@ -1,0 +1,103 @@
+"""Empty edge slots (index -1) are inert in every op that consumes edges.
+
+A fixed-shape graph op cannot drop an edge, so it marks the edges PyG would
+drop as empty slots whose both ends are -1: the neighbour searches
+(``knn``, ``radius``, ...) for queries with fewer neighbours than slots, and
+:func:`~poptorch_geometric.ops.remove_self_loops` for the loops it removes.
+The functions here are PyG's, with one rule added for those slots:
+
+- a **scatter** (``scatter``, ``degree``, the aggregations of message
+  passing) sends them to one extra output row, a sink, that is dropped: they
+  add nothing to any node, whatever the reduction (sum, mean, max, ...);
+- a **softmax** over groups puts them in the sink's group, so the real
+  groups are normalised over their real entries only;
+- a **gather** (:func:`index_select`, MessagePassing's ``_index_select``)
+  reads row 0 for them: a finite value, whose message then goes to the
+  sink and whose gradient is zero.
+
+So a layer fed a graph with empty slots gives PyG's result on the graph
+without those edges, on every node and for the gradients, with both
+simulator backends. While a model is traced, these replace PyG's functions
+(:mod:`poptorch_geometric.override`); the fixed-shape layers of
+:mod:`poptorch_geometric.ops` call them directly.
+
+Indices other than -1 keep PyG's meaning: a scatter still needs
+``dim_size`` inside a traced model, and an index past the last row is an
+error as in PyG.
+
+Example::
+
+    >>> src = torch.tensor([1., 2., 4.])
+    >>> index = torch.tensor([0, -1, 1])
+    >>> scatter(src, index, dim_size=2, reduce="max")
+    tensor([1., 4.])
+    >>> softmax(torch.tensor([0., 5., 0.]), torch.tensor([0, -1, 0]),
+    ...         num_nodes=1)
+    tensor([0.5000, 1.0000, 0.5000])
+    >>> degree(torch.tensor([1, -1, 1]), num_nodes=2)
+    tensor([0., 2.])
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import degree as _pyg_degree
+from torch_geometric.utils import scatter as _pyg_scatter
+from torch_geometric.utils import softmax as _pyg_softmax
+from torch_geometric.utils.num_nodes import maybe_num_nodes
+
+__all__ = ["scatter", "softmax", "degree", "index_select", "to_sink",
+           "message_passing_index_select"]
+
+
+def to_sink(index: Tensor, dim_size: int) -> Tensor:
+    """``index`` with every negative entry replaced by ``dim_size``, the
+    row one past the last: where a scatter of ``dim_size + 1`` rows
+    collects the empty slots."""
+    return torch.where(index < 0, dim_size, index)
+
+
+def scatter(src: Tensor, index: Tensor, dim: int = 0,
+            dim_size: Optional[int] = None, reduce: str = "sum") -> Tensor:
+    """``torch_geometric.utils.scatter`` whose empty slots (index -1) add
+    nothing to any output row. Without ``dim_size`` it is PyG's (which
+    reads the size from ``index``: an error inside a traced model)."""
+    if dim_size is None or not isinstance(index, Tensor):
+        return _pyg_scatter(src, index, dim, dim_size, reduce)
+    dim = src.dim() + dim if dim < 0 else dim
+    out = _pyg_scatter(src, to_sink(index, dim_size), dim, dim_size + 1,
+                       reduce)
+    return out.narrow(dim, 0, dim_size)
+
+
+def softmax(src: Tensor, index: Optional[Tensor] = None,
+            ptr: Optional[Tensor] = None, num_nodes: Optional[int] = None,
+            dim: int = 0) -> Tensor:
+    """``torch_geometric.utils.softmax`` over the groups of ``index``;
+    entries of empty slots form a group of their own, so they take no
+    share of a real group. With ``ptr`` it is PyG's."""
+    if index is None or ptr is not None:
+        return _pyg_softmax(src, index, ptr, num_nodes, dim)
+    num_nodes = maybe_num_nodes(index, num_nodes)
+    return _pyg_softmax(src, to_sink(index, num_nodes), None, num_nodes + 1,
+                        dim)
+
+
+def degree(index: Tensor, num_nodes: Optional[int] = None,
+           dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``torch_geometric.utils.degree``, not counting empty slots."""
+    num_nodes = maybe_num_nodes(index, num_nodes)
+    return _pyg_degree(to_sink(index, num_nodes), num_nodes + 1,
+                       dtype).narrow(0, 0, num_nodes)
+
+
+def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
+    """``src.index_select(dim, index)`` reading row 0 for empty slots."""
+    return src.index_select(dim, index.clamp(min=0))
+
+
+def message_passing_index_select(self, src: Tensor, index: Tensor
+                                 ) -> Tensor:
+    """``MessagePassing._index_select``: the gather of message passing,
+    reading row 0 for empty slots (their messages go to the sink)."""
+    return index_select(src, self.node_dim, index)
