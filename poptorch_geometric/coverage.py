@@ -28,7 +28,7 @@ import torch
 
 from poptorch_core._files import atomic_write
 
-from ._coverage.data import make_batches
+from ._coverage.data import make_families
 from ._coverage.probe import Row, run_case
 from ._coverage.table import all_rows, conv_count, render, row_line
 
@@ -44,7 +44,7 @@ def _row(name: str, compile_check: bool, threads: int = 0) -> Row:
         return Row(name, kind, reason=reason)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_case(case, make_batches(seed=0), compile_check)
+        return run_case(case, make_families(seed=0), compile_check)
 
 
 def _collect(results: Iterable[Row], progress: bool) -> List[Row]:

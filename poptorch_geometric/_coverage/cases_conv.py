@@ -61,7 +61,7 @@ def _x_ei(layer, x, d):
 
 
 def _x_ei_w(layer, x, d):
-    return layer(x, d.edge_index, d.edge_weight)
+    return layer(x, d.edge_index, d.get("edge_weight"))
 
 
 def _x_ei_attr(layer, x, d):
@@ -138,7 +138,7 @@ CONV_CASES: List[Case] = [
        lambda layer, x, d: layer(x, d.edge_index, d.edge_index.flip([0]))),
     _c("DNAConv", lambda: conv.DNAConv(C, heads=2),
        lambda layer, x, d: layer(torch.stack([x, d.x], dim=1),
-                                 d.edge_index, d.edge_weight)),
+                                 d.edge_index, d.get("edge_weight"))),
     _c("PointNetConv",
        lambda: conv.PointNetConv(Linear(C + 3, OUT), Linear(OUT, OUT)),
        _x_pos_ei),

@@ -1,5 +1,6 @@
 """One coverage row: run a PyG layer eagerly on the plain batch and on the
-simulated IPU on the padded batch, and compare the real entries.
+simulated IPU on the padded batch, and compare the real entries, for every
+family of graphs of :mod:`.data` through one traced model.
 
 The layer sits behind a linear projection of ``x`` (so gradients through the
 layer's inputs reach a parameter) and under a loss that weighs each real
@@ -10,14 +11,14 @@ step with learning rate 1.
 import copy
 import dataclasses
 import traceback
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch_geometric.data import Batch
 
 import poptorch_core as poptorch
 
-from .data import IN_CHANNELS, BatchPair, make_batches
+from .data import IN_CHANNELS, BatchPair, make_families
 
 __all__ = ["Case", "Row", "Probe", "run_case"]
 
@@ -139,88 +140,142 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
     return f"max abs difference {float(diff):.2g}"
 
 
-def _ipu_step(probe: Probe, data: Batch, weight: torch.Tensor,
-              options: poptorch.Options) -> Tuple[Any, torch.Tensor,
-                                                   Dict[str, torch.Tensor]]:
-    """One SGD step (lr 1) on the IPU: its output, the model it ran and
-    the parameters' gradients, read back as their change."""
-    model = copy.deepcopy(probe).train()
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    training = poptorch.trainingModel(
-        model, options, torch.optim.SGD(model.parameters(), lr=1.0))
-    out, _ = training(data, weight)
-    grads = {n: before[n] - p.detach() for n, p in model.named_parameters()}
-    return training, out, grads
+class _Stepper:
+    """One ``trainingModel`` (SGD, learning rate 1) of a copy of the probe,
+    stepped once per batch from the same initial weights: before each step
+    the host weights are reset and copied to the device. So one traced
+    model takes every family, and a parameter's gradient is its change."""
+
+    def __init__(self, probe: Probe, options: poptorch.Options) -> None:
+        self.model = copy.deepcopy(probe).train()
+        self.initial = copy.deepcopy(self.model.state_dict())
+        self.training = poptorch.trainingModel(
+            self.model, options,
+            torch.optim.SGD(self.model.parameters(), lr=1.0))
+        self.steps = 0
+
+    def step(self, data: Batch, weight: torch.Tensor
+             ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """The output of one step on ``data`` and the parameters'
+        gradients."""
+        if self.steps:
+            self.model.load_state_dict(self.initial)
+            self.training.copyWeightsToDevice()
+        self.steps += 1
+        out, _ = self.training(data, weight)
+        params = dict(self.model.named_parameters())
+        return out, {n: self.initial[n] - params[n].detach()
+                     for n in params}
 
 
-def run_case(case: Case, pair: Optional[BatchPair] = None,
+def run_case(case: Case, families: Optional[List[BatchPair]] = None,
              compile_check: bool = True) -> Row:
-    """Runs every check of ``case`` in order and stops at the first that
-    fails, recording why."""
-    row = _run_checks(case, pair or make_batches(seed=0), compile_check)
+    """Runs every check of ``case`` on every family of graphs
+    (:func:`~.data.make_families` by default) and stops at the first that
+    fails, recording why and on which family."""
+    row = _run_checks(case, families or make_families(seed=0),
+                      compile_check)
     if row.reason and case.known:
         row.reason = f"{case.known} ({row.reason})"
     return row
 
 
-def _run_checks(case: Case, pair: BatchPair, compile_check: bool) -> Row:
+def _on(pair: BatchPair, problem: str) -> str:
+    return f"{problem} ({pair.name} graphs)"
+
+
+def _same_inputs(families: List[BatchPair]) -> List[List[int]]:
+    """Indices of ``families`` grouped by the attributes their batches
+    hold: one traced model takes the batches of a group (another set of
+    attributes is another input structure, traced again)."""
+    groups: Dict[Tuple[str, ...], List[int]] = {}
+    for index, pair in enumerate(families):
+        groups.setdefault(tuple(sorted(pair.padded.keys())), []).append(index)
+    return list(groups.values())
+
+
+def _run_checks(case: Case, families: List[BatchPair],
+                compile_check: bool) -> Row:
     row = Row(case.name, case.kind, case.note)
     torch.manual_seed(0)
     try:
         probe = Probe(case)
-        eager = _eager(probe, case, pair)
+        eager = [_eager(probe, case, pair) for pair in families]
     except Exception as error:  # noqa: BLE001 - the row records it
         row.reason = f"PyG itself fails here: {_short(error)}"
         return row
     row.runs_in_pyg = True
-    try:
-        inference = poptorch.inferenceModel(copy.deepcopy(probe).eval())
-        out, _ = inference(pair.padded, eager.weight_padded)
-        row.traces = True
-    except Exception as error:  # noqa: BLE001
-        row.reason = f"does not trace: {_short(error)}"
+    groups = [([families[i] for i in group], [eager[i] for i in group])
+              for group in _same_inputs(families)]
+    if not all(_check_inference(row, probe, *group) for group in groups):
         return row
-    problem = _close(out, eager.out_eval)
-    if problem is None:
-        try:
-            _, out, grads = _ipu_step(probe, pair.padded,
-                                      eager.weight_padded, poptorch.Options())
-        except Exception as error:  # noqa: BLE001
-            row.reason = f"trainingModel fails: {_short(error)}"
-            return row
-        problem = _close(out, eager.out_train)
-    if problem is not None:
-        row.reason = f"forward differs from eager PyG: {problem}"
+    if not all(_check_training(row, probe, *group, poptorch.Options(),
+                               "trainingModel") for group in groups):
         return row
-    row.forward = True
-    for name, grad in eager.grads.items():
-        problem = _close(grads[name], grad)
-        if problem is not None:
-            row.reason = f"gradient of {name} differs: {problem}"
-            return row
-    row.gradients = True
+    row.forward = row.gradients = True
     if compile_check:
-        _check_compile(row, probe, pair, eager)
+        options = poptorch.Options()
+        options.Simulator.backend("compile")
+        row.compiles_once = all(
+            _check_training(row, probe, *group, options, "compile backend")
+            for group in groups)
     return row
 
 
-def _check_compile(row: Row, probe: Probe, pair: BatchPair,
-                   eager: _Eager) -> None:
-    options = poptorch.Options()
-    options.Simulator.backend("compile")
+def _check_inference(row: Row, probe: Probe, families: List[BatchPair],
+                     eager: List[_Eager]) -> bool:
+    """One ``inferenceModel`` for every family of a group (the first
+    traces it), against eager PyG in eval mode. Records the first problem
+    in ``row``."""
+    inference = poptorch.inferenceModel(copy.deepcopy(probe).eval())
+    for index, (pair, reference) in enumerate(zip(families, eager)):
+        try:
+            out, _ = inference(pair.padded, reference.weight_padded)
+        except Exception as error:  # noqa: BLE001
+            row.reason = _on(pair, f"does not trace: {_short(error)}"
+                             if index == 0 else
+                             f"inferenceModel fails: {_short(error)}")
+            return False
+        row.traces = True
+        problem = _close(out, reference.out_eval)
+        if problem is not None:
+            row.reason = _on(pair, f"forward differs from eager PyG: "
+                             f"{problem}")
+            return False
+    return True
+
+
+def _check_training(row: Row, probe: Probe, families: List[BatchPair],
+                    eager: List[_Eager], options: poptorch.Options,
+                    what: str) -> bool:
+    """One training step per family, each from the same weights, against
+    eager PyG's output and gradients; with the compile backend also one
+    compilation for all of them. Records the first problem in ``row``."""
     try:
-        training, out, _ = _ipu_step(probe, pair.padded, eager.weight_padded,
-                                     options)
-        other = make_batches(seed=1).padded
-        training(other, eager.weight_padded)
+        stepper = _Stepper(probe, options)
     except Exception as error:  # noqa: BLE001
-        row.reason = f"compile backend fails: {_short(error)}"
-        return
-    problem = _close(out, eager.out_train)
-    if problem is not None:
-        row.reason = f"compiled forward differs: {problem}"
-    elif training.compilations() != 1:
-        row.reason = (f"compiled {training.compilations()} times over two "
-                      "batches of the same shapes")
-    else:
-        row.compiles_once = True
+        row.reason = f"{what} fails: {_short(error)}"
+        return False
+    for pair, reference in zip(families, eager):
+        try:
+            out, grads = stepper.step(pair.padded, reference.weight_padded)
+        except Exception as error:  # noqa: BLE001
+            row.reason = _on(pair, f"{what} fails: {_short(error)}")
+            return False
+        problem = _close(out, reference.out_train)
+        if problem is not None:
+            row.reason = _on(pair, f"{what}: forward differs from eager "
+                             f"PyG: {problem}")
+            return False
+        for name, grad in reference.grads.items():
+            problem = _close(grads[name], grad)
+            if problem is not None:
+                row.reason = _on(pair, f"{what}: gradient of {name} "
+                                 f"differs: {problem}")
+                return False
+    count = stepper.training.compilations()
+    if options.Simulator.execution_backend == "compile" and count != 1:
+        row.reason = (f"compiled {count} times over {len(families)} batches "
+                      "of the same shapes")
+        return False
+    return True
