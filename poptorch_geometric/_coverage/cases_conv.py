@@ -154,12 +154,8 @@ CONV_CASES: List[Case] = [
        _x_batch),
     _c("XConv", lambda: conv.XConv(C, OUT, dim=3, kernel_size=2),
        lambda layer, x, d: layer(x, d.pos, d.batch)),
-    _c("PPFConv", lambda: conv.PPFConv(Linear(C + 4, OUT), Linear(OUT, OUT),
-                                       add_self_loops=False),
-       lambda layer, x, d: layer(x, d.pos, d.normal, d.edge_index),
-       note="add_self_loops=False: a self-loop's point-pair angle is "
-            "atan2(0, +-0), whose sign of zero differs between eager and "
-            "compiled code"),
+    _c("PPFConv", lambda: conv.PPFConv(Linear(C + 4, OUT), Linear(OUT, OUT)),
+       lambda layer, x, d: layer(x, d.pos, d.normal, d.edge_index)),
     _c("FeaStConv", lambda: conv.FeaStConv(C, OUT, heads=2), _x_ei),
     _c("PointTransformerConv", lambda: conv.PointTransformerConv(C, OUT),
        _x_pos_ei),
@@ -203,7 +199,7 @@ CONV_CASES: List[Case] = [
        lambda layer, x, d: layer(x, d.edge_index, d.node_type, d.edge_type,
                                  d.edge_attr)),
     _c("HeteroConv", lambda: conv.HeteroConv({
-        _META[1][0]: conv.GraphConv(C, OUT),
+        _META[1][0]: conv.GCNConv(C, OUT),
         _META[1][1]: conv.SAGEConv(C, OUT)}), _hetero),
     _c("HANConv", lambda: conv.HANConv(C, OUT, _META, heads=2), _hetero,
        known="its semantic attention averages over all node slots, "

@@ -22,7 +22,7 @@ Example::
     tensor([[1, 0, 0],
             [0, 1, 2]])
 """
-from . import empty_slots
+from . import empty_slots, point_pair
 from .aggregation import Aggregation
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
@@ -45,5 +45,5 @@ __all__ = [
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
     "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
-    "to_dense_batch", "empty_slots",
+    "to_dense_batch", "empty_slots", "point_pair",
 ]
