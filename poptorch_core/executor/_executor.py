@@ -49,10 +49,11 @@ _INFERENCE_ACCUMULATION_MSG = (
 
 
 def _serialised(method: Callable) -> Callable:
-    """Runs ``method`` under the wrapper's lock (see ``ExecutorState.lock``)."""
+    """Runs ``method`` under the model's lock (see
+    ``ExecutorState.serialised``)."""
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
-        with self._state.lock:
+        with self._state.serialised():
             return method(self, *args, **kwargs)
     return locked
 

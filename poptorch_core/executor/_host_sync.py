@@ -10,7 +10,13 @@ subclass. Reading the weights through any of them (``model.parameters()``,
 ``model.copyWeightsToHostIfNeeded()``, which copies exactly once per
 training call. Copies, deep copies and pickles of instrumented objects are
 plain, un-instrumented objects.
+
+Every wrapper of one model, training or inference, serialises its calls
+and weight copies on the model's one lock (:func:`model_lock`): a lock per
+wrapper would let an inference call copy some weights before a training
+step of another wrapper and the rest after it.
 """
+import threading
 import weakref
 from typing import Any, Callable, Dict, Optional
 
@@ -135,6 +141,30 @@ def _wrapper_class(cls: type) -> type:
 _owners: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _syncs: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _weights_versions: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+# Model -> the one lock of every wrapper of it (``model_lock``).
+_locks: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def model_lock(model: torch.nn.Module) -> "threading.RLock":
+    """The lock that every wrapper of ``model`` holds for its calls and
+    weight copies. Reentrant: a call of one wrapper reaches another's
+    (an inference call syncs the weights of the training wrapper)."""
+    with _locks_guard:
+        lock = _locks.get(model)
+        if lock is None:
+            lock = _locks[model] = threading.RLock()
+        return lock
+
+
+def owner_lock(model: torch.nn.Module) -> "Optional[threading.RLock]":
+    """The lock of the model wrapped for training that owns ``model``'s
+    weights (see :func:`_training_owner`), None if no training wrapper
+    owns them."""
+    owner = _training_owner(model)
+    return None if owner is None else model_lock(owner)
 
 
 def _owner_method(model: torch.nn.Module, index: int) -> Optional[Callable]:
