@@ -112,8 +112,15 @@ class ExecutorState:
     def copy_weights_to_host(self) -> None:
         """Device -> host copy of the weights and buffers."""
         program = self.require_program()
+        # Cleared first: the copy reads the host tensors, which would sync
+        # (copy) again. Set back if the copy stops part-way (a signal
+        # handler's exception, say), so that the next read copies it all.
         self.host_weights_stale = False
-        program.state.copy_to_host()
+        try:
+            program.state.copy_to_host()
+        except BaseException:
+            self.host_weights_stale = self.training
+            raise
         _host_sync.bump_weights_version(self.user_model)
 
     def copy_weights_to_host_if_needed(self) -> bool:

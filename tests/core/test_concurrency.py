@@ -86,7 +86,7 @@ def test_no_two_calls_run_at_once():
     active, overlaps = [], []
     entered = threading.Barrier(2, timeout=1)
 
-    def slow_run(bound):
+    def slow_run(*args):
         active.append(1)
         overlaps.append(len(active))
         try:
@@ -96,7 +96,7 @@ def test_no_two_calls_run_at_once():
         except threading.BrokenBarrierError:
             pass
         try:
-            return run(bound)
+            return run(*args)
         finally:
             active.pop()
     program.run = slow_run
