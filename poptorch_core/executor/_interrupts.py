@@ -31,6 +31,7 @@ Example::
     >>> events
     ['updated', 'interrupted']
 """
+import _signal
 import signal
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, \
@@ -44,6 +45,10 @@ T = TypeVar("T")
 _Handler = Callable[[int, Any], Any]
 #: Listed once: ``signal.valid_signals()`` takes longer than the look-ups.
 _SIGNALS = tuple(sorted(signal.valid_signals()))
+#: ``signal.getsignal`` and ``signal.signal`` without the wrappers that
+#: turn numbers into enums: a call looks up every signal, and the wrappers
+#: took most of that time.
+_getsignal, _setsignal = _signal.getsignal, _signal.signal
 
 
 class HeldSignals:
@@ -66,11 +71,11 @@ class HeldSignals:
             return self
         try:
             for signum in _SIGNALS:
-                handler = signal.getsignal(signum)
+                handler = _getsignal(signum)
                 if callable(handler):
                     wrapper = self._wrapper(
                         getattr(handler, "_poptorch_held", handler))
-                    signal.signal(signum, wrapper)
+                    _setsignal(signum, wrapper)
                     self._installed[signum] = (wrapper._poptorch_held,
                                                wrapper)
         except BaseException:
@@ -113,7 +118,7 @@ class HeldSignals:
         while self._pending:
             signum, frame = self._pending.pop(0)
             found = self._installed.get(signum)
-            handler = found[0] if found else signal.getsignal(signum)
+            handler = found[0] if found else _getsignal(signum)
             try:
                 if callable(handler):
                     handler(signum, frame)
@@ -131,9 +136,9 @@ class HeldSignals:
         raised: Optional[BaseException] = None
         try:
             for signum, (handler, wrapper) in list(self._installed.items()):
-                while signal.getsignal(signum) is wrapper:
+                while _getsignal(signum) is wrapper:
                     try:
-                        signal.signal(signum, handler)
+                        _setsignal(signum, handler)
                     except BaseException as error:  # noqa: BLE001
                         raised = raised or error
                 del self._installed[signum]

@@ -240,3 +240,21 @@ def test_inference_never_sees_half_a_training_step(frequent_thread_switches,
     assert not errors
     _assert_whole_steps(outputs, rows)
     torch.testing.assert_close(chain(x)[0], rows[calls])
+
+
+def test_a_training_wrapper_made_after_inference_calls_is_followed():
+    """Which training model an inference model follows is looked up once
+    and kept until a model is wrapped or unwrapped: a training wrapper made
+    after inference calls is still followed (and shares their lock)."""
+    other = MLP()
+    poptorch.trainingModel(other)  # some model is wrapped for training
+    chain, lr, x = _Chain(links=4), 0.25, torch.ones(1, 8)
+    rows = _eager_outputs(chain, x, 2, lr)
+    infer = poptorch.inferenceModel(chain)
+    torch.testing.assert_close(infer(x)[0], rows[0])
+    holder = _Holder(chain)
+    train = poptorch.trainingModel(
+        holder, optimizer=torch.optim.SGD(holder.parameters(), lr=lr))
+    train(x)
+    train(x)
+    torch.testing.assert_close(infer(x)[0], rows[2])
