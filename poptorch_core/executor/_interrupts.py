@@ -57,7 +57,8 @@ class HeldSignals:
 
     Only the main thread runs signal handlers (and may install them):
     elsewhere nothing is wrapped and :meth:`run` just calls the function.
-    A handler that the block replaces is left as it is at the end.
+    At the end the handlers found are put back, except where someone
+    installed another one meanwhile.
     """
 
     def __init__(self) -> None:
@@ -101,9 +102,9 @@ class HeldSignals:
     def run(self, fn: Callable[[], T]) -> T:
         """Runs ``fn()`` to the end; the handlers of the signals that arrive
         meanwhile run after it (their exceptions come out of ``run``)."""
-        # No handler can run between this store and ``fn``: the
-        # interpreter runs them only as a function starts, a loop jumps
-        # back or a call returns.
+        # Nothing can raise between this store and the ``try``: the
+        # interpreter runs handlers only as a function starts, a loop
+        # jumps back or a call returns.
         self._holding = True
         try:
             return fn()
@@ -136,7 +137,9 @@ class HeldSignals:
         raised: Optional[BaseException] = None
         try:
             for signum, (handler, wrapper) in list(self._installed.items()):
-                while _getsignal(signum) is wrapper:
+                for _ in range(8):  # each try runs another pending handler
+                    if _getsignal(signum) is not wrapper:
+                        break
                     try:
                         _setsignal(signum, handler)
                     except BaseException as error:  # noqa: BLE001
