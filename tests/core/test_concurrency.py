@@ -242,6 +242,44 @@ def test_inference_never_sees_half_a_training_step(frequent_thread_switches,
     torch.testing.assert_close(chain(x)[0], rows[calls])
 
 
+@pytest.mark.parametrize("trained", ["same model", "model holding it"])
+def test_a_training_call_waits_for_an_inference_call_in_flight(monkeypatch,
+                                                               trained):
+    """Another thread starts a training call while an inference call is
+    copying the trained weights to its device, after two of them: the
+    training call waits for the inference call (one lock), which sees the
+    weights of one step only."""
+    from poptorch_core.executor import _device_state
+
+    chain, lr, x = _Chain(links=6), 0.25, torch.ones(1, 8)
+    rows = _eager_outputs(chain, x, 3, lr)
+    trained_model = chain if trained == "same model" else _Holder(chain)
+    train = poptorch.trainingModel(
+        trained_model,
+        optimizer=torch.optim.SGD(trained_model.parameters(), lr=lr))
+    infer = poptorch.inferenceModel(chain)
+    train(x)
+    torch.testing.assert_close(infer(x)[0], rows[1])
+    train(x)  # the next inference call copies the weights again
+    trainer = threading.Thread(target=train, args=(x,))
+    copy_into, copied = _device_state._copy_into, []
+
+    def copy_then_start_training(*args):
+        copy_into(*args)
+        copied.append(1)
+        if len(copied) == 2:
+            trainer.start()
+            trainer.join(timeout=0.5)  # it finishes now only without a lock
+    monkeypatch.setattr(_device_state, "_copy_into", copy_then_start_training)
+    out = infer(x)[0]
+    monkeypatch.undo()
+    trainer.join(timeout=60)
+    assert not trainer.is_alive(), "deadlock"
+    _assert_whole_steps([out], rows)
+    torch.testing.assert_close(out, rows[2])
+    torch.testing.assert_close(infer(x)[0], rows[3])
+
+
 def test_a_training_wrapper_made_after_inference_calls_is_followed():
     """Which training model an inference model follows is looked up once
     and kept until a model is wrapped or unwrapped: a training wrapper made
