@@ -19,9 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: Bottom-up. A module may import from its own unit and from units of lower
 #: layers only. Keep in step with ARCHITECTURE.md.
 LAYERS: List[Tuple[str, ...]] = [
-    ("errors", "enums", "_logging", "_version", "_utils", "_printing", "_files",
+    ("errors", "enums", "_logging", "_version", "_utils", "_printing",
      "profiling", "testing"),
-    ("_impl", "_args_parser"),
+    ("_impl", "_args_parser", "_files"),
     ("_dtypes", "_native"),
     ("options",),
     ("annotations",),

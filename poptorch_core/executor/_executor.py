@@ -9,6 +9,7 @@ call the host copy is stale until it is read (``_host_sync``).
 Everything the wrapper knows lives in one :class:`~._state.ExecutorState`;
 this class is the public facade over it.
 """
+import contextlib
 import copy
 import datetime
 import functools
@@ -30,6 +31,7 @@ from . import _anchors, _host_sync, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
 from ._compile_progress import CompilationProgress
+from ._interrupts import StepCount
 from ._mode_check import warn_once_on_mode_mismatch
 from ._optimizer_link import OptimizerLink
 from ._param_proxy import ParameterProxy
@@ -49,10 +51,11 @@ _INFERENCE_ACCUMULATION_MSG = (
 
 
 def _serialised(method: Callable) -> Callable:
-    """Runs ``method`` under the wrapper's lock (see ``ExecutorState.lock``)."""
+    """Runs ``method`` under the model's lock (see
+    ``ExecutorState.serialised``)."""
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
-        with self._state.lock:
+        with self._state.serialised():
             return method(self, *args, **kwargs)
     return locked
 
@@ -301,22 +304,40 @@ class PoplarExecutor:
         if state.options.popartOption("instrumentWithHardwareCycleCounter"):
             # PopTorch's backend: no cycle counters without hardware.
             raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)
-        if state.optimizer_link is not None:
+        if state.training:
             state.optimizer_link.before_run()
-        self._perf.start_call()
+            self._mark_trained()
+        steps = StepCount(program.layout.device_iterations) \
+            if state.training else None
         try:
-            outputs = program.run(bound)
+            with steps if steps is not None else contextlib.nullcontext():
+                self._perf.start_call()
+                outputs = program.run(bound, steps)
+                self._perf.end_call(program.layout)
+                if state.options.anchored_tensors:
+                    state.anchor_memory.update(
+                        _anchors.read_anchors(state.options, program))
+        except KeyboardInterrupt:
+            if steps is None:
+                raise
+            raise steps.interrupted() from None
+        except BaseException as error:
+            if steps is not None:
+                steps.note(error)
+            raise
         finally:
-            # Also after Ctrl-C: the steps a call applied before it stopped
-            # are on the device, so the host copies are stale.
             if state.training:
-                state.host_weights_stale = True
-                state.optimizer_link.after_run()
-        self._perf.end_call(program.layout)
-        if state.options.anchored_tensors:
-            state.anchor_memory.update(
-                _anchors.read_anchors(state.options, program))
+                self._mark_trained()
         return outputs
+
+    def _mark_trained(self) -> None:
+        """The host copies of the weights and of the optimizer state are
+        stale: a training call ran, or is about to. Marked before the run
+        too, so that an exception cannot come between the steps a call
+        applied and the marking; and after it, in case a read during the
+        run copied the weights back."""
+        self._state.host_weights_stale = True
+        self._state.optimizer_link.after_run()
 
     def _follow_trained_weights(self) -> None:
         """An inference model picks up weights trained by a training model

@@ -10,7 +10,13 @@ subclass. Reading the weights through any of them (``model.parameters()``,
 ``model.copyWeightsToHostIfNeeded()``, which copies exactly once per
 training call. Copies, deep copies and pickles of instrumented objects are
 plain, un-instrumented objects.
+
+Every wrapper of one model, training or inference, serialises its calls
+and weight copies on the model's one lock (:func:`model_lock`): a lock per
+wrapper would let an inference call copy some weights before a training
+step of another wrapper and the rest after it.
 """
+import threading
 import weakref
 from typing import Any, Callable, Dict, Optional
 
@@ -137,6 +143,30 @@ _syncs: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _weights_versions: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
+# Model -> the one lock of every wrapper of it (``model_lock``).
+_locks: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def model_lock(model: torch.nn.Module) -> "threading.RLock":
+    """The lock that every wrapper of ``model`` holds for its calls and
+    weight copies. Reentrant: a call of one wrapper reaches another's
+    (an inference call syncs the weights of the training wrapper)."""
+    with _locks_guard:
+        lock = _locks.get(model)
+        if lock is None:
+            lock = _locks[model] = threading.RLock()
+        return lock
+
+
+def owner_lock(model: torch.nn.Module) -> "Optional[threading.RLock]":
+    """The lock of the model wrapped for training that owns ``model``'s
+    weights (see :func:`_training_owner`), None if no training wrapper
+    owns them."""
+    owner = _training_owner(model)
+    return None if owner is None else model_lock(owner)
+
+
 def _owner_method(model: torch.nn.Module, index: int) -> Optional[Callable]:
     refs = _owners.get(model)
     return refs[index]() if refs is not None else None
@@ -156,19 +186,36 @@ def bump_weights_version(model: torch.nn.Module) -> None:
     _weights_versions[model] = _weights_versions.get(model, 0) + 1
 
 
+# Bumped by every wrap and unwrap: the owners found before may be stale.
+_wrapping_generation = 0
+# Model -> (generation, weak reference to its training owner or None), so
+# that an inference call does not look its parameters up each time.
+_owner_found: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
 def _training_owner(model: torch.nn.Module) -> Optional[torch.nn.Module]:
     """The model wrapped for training that owns ``model``'s weights:
     ``model`` itself, or a model holding it as a sub-module (a wrapper that
     adds the loss, trained while ``model`` is evaluated)."""
     if is_wrapped(model):
         return model
+    if not _owners:
+        return None  # no model is wrapped for training
+    found = _owner_found.get(model)
+    if found is not None and found[0] == _wrapping_generation:
+        owner = found[1]() if found[1] is not None else None
+        if owner is not None or found[1] is None:
+            return owner
+    owner = None
     for param in model.parameters():
         ref = _sync_of.get(param)
         sync = ref() if ref is not None else None
         owner = getattr(sync, "owner", lambda: None)()
         if owner is not None:
-            return owner
-    return None
+            break
+    _owner_found[model] = (_wrapping_generation, None if owner is None
+                           else weakref.ref(owner))
+    return owner
 
 
 def current_weights_version(model: torch.nn.Module) -> Optional[int]:
@@ -187,11 +234,13 @@ def wrap(model: torch.nn.Module, *, sync: Callable[[], bool],
     """Instruments ``model`` (in place) for lazy sync: reading its weights
     calls ``sync()`` (which copies them from the device if they are newer)
     and ``model.destroy()`` calls ``destroy()``. Both are held weakly."""
+    global _wrapping_generation
     for name, buffer in model.named_buffers():
         if type(buffer) not in (torch.Tensor, _SyncingBuffer):
             raise createPoptorchError(
                 f"All buffers must be an instance of torch.Tensor (Got "
                 f"{type(buffer)})")
+    _wrapping_generation += 1
     _owners[model] = (weakref.WeakMethod(sync), weakref.WeakMethod(destroy))
     model.__class__ = _wrapper_class(type(model))
     sync = _make_sync(model)
@@ -219,8 +268,10 @@ def _make_sync(model: torch.nn.Module) -> Callable:
 
 def unwrap(model: torch.nn.Module) -> None:
     """Undoes :func:`wrap`; raises if ``model`` was never wrapped."""
+    global _wrapping_generation
     if not is_wrapped(model):
         raise createPoptorchError("model was never wrapped")
+    _wrapping_generation += 1
     for _, sub in model.named_modules():
         for tensor in list(sub._parameters.values()) + \
                 list(sub._buffers.values()):

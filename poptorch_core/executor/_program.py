@@ -26,7 +26,7 @@ from .backends._executable import Executable
 from .backends._fused_adam import adam_coefficients
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
-from ._interrupts import deferred_interrupts, interrupted_call
+from ._interrupts import BufferCheckpoint, StepCount
 from ._replica_weights import reduce_within_groups
 from ._scale_out import GradientReducer
 
@@ -94,6 +94,14 @@ class Program:
     #: What a step that applies its Adam update in the compiled graph
     #: needs (``_adam_in_graph``).
     adam_plan: AdamInGraph = dataclasses.field(default_factory=AdamInGraph)
+    #: The buffers a training step writes, as they were before it (put
+    #: back when the step is dropped).
+    _buffers_before: BufferCheckpoint = dataclasses.field(init=False,
+                                                          repr=False)
+
+    def __post_init__(self) -> None:
+        self._buffers_before = BufferCheckpoint(
+            self.captured.mutated_buffers if self.training else ())
 
     # --- Inputs -------------------------------------------------------------
     def device_inputs(self, flat: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -109,7 +117,10 @@ class Program:
         return out
 
     # --- Running ------------------------------------------------------------
-    def run(self, bound: BoundArgs) -> Any:
+    def run(self, bound: BoundArgs, steps: Optional[StepCount] = None
+            ) -> Any:
+        """One call; a training call counts its optimizer steps in
+        ``steps`` (for the exception that stops it, ``_interrupts``)."""
         host_inputs = flattenTensors(bound.as_structure())
         inputs = self.device_inputs(host_inputs)
         splits = [self.layout.split(t) for t in inputs]
@@ -121,7 +132,8 @@ class Program:
                 # The device trains whatever the host's grad mode (and the
                 # compiled graph was built for grad mode on).
                 with torch.enable_grad():
-                    self._run_training(splits, collectors)
+                    self._run_training(splits, collectors, steps or StepCount(
+                        self.layout.device_iterations))
             else:
                 with torch.no_grad():
                     self._run_inference(splits, collectors)
@@ -189,32 +201,34 @@ class Program:
                     self._step_tensors(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
-    def _run_training(self, splits, collectors) -> None:
-        """One optimizer step per device iteration. Ctrl-C stops the call
-        between steps: a step is applied whole or not at all
-        (``_interrupts``)."""
-        applied = 0
+    def _run_training(self, splits, collectors, steps: StepCount) -> None:
+        """One optimizer step per device iteration. An exception (Ctrl-C,
+        any signal handler's, the model's) stops the call between steps: a
+        step is applied whole or not at all (``_interrupts``)."""
         try:
             for iteration in range(self.layout.device_iterations):
                 # Automatic loss scaling may change the scale after a step.
                 scale = float(self.device_optimizer.loss_scaling)
                 step = self._adam_in_graph_step(splits, iteration, scale)
                 if step is not None:
-                    with deferred_interrupts():
-                        outputs = step()
-                        applied += 1
+                    outputs = steps.apply(step)
                     self._collect(collectors, outputs, iteration, 0, 0)
                     continue
+                self._buffers_before.save(self.state)
                 self._accumulate(splits, collectors, iteration, scale)
                 divisor = self._reduce()
-                with deferred_interrupts():
-                    self._apply(divisor, scale)
-                    applied += 1
-        except KeyboardInterrupt:
-            for param in self.state.params:
-                param.grad = None  # a half-accumulated step is discarded
-            raise interrupted_call(applied,
-                                   self.layout.device_iterations) from None
+                steps.apply(lambda: self._apply(divisor, scale),
+                            self._buffers_before)
+        except BaseException:
+            steps.whole(self._drop_partial_step)
+            raise
+
+    def _drop_partial_step(self) -> None:
+        """Undoes what a step that stopped before its update did: its
+        gradients, and the buffers its forward passes wrote."""
+        for param in self.state.params:
+            param.grad = None
+        self._buffers_before.restore(self.state)
 
     def _adam_in_graph_step(self, splits, iteration: int, scale: float
                             ) -> Optional[Callable[[], List[torch.Tensor]]]:

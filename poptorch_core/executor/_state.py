@@ -13,9 +13,9 @@ Invariants:
 - The user model never shares storage with the device: weights move only
   through :meth:`copy_weights_to_host` and ``Program.state``.
 """
+import contextlib
 import datetime
-import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -67,11 +67,12 @@ class ExecutorState:
         #: How implicit device-to-host copies are made (the facade points
         #: it at its ``copyWeightsToHost``).
         self.copy_to_host: Callable[[], None] = self.copy_weights_to_host
-        #: Serialises calls and weight copies: one wrapper used from several
-        #: threads runs one call at a time, and a thread that reads the host
-        #: weights waits for the call in flight instead of copying half an
-        #: optimizer step.
-        self.lock = threading.RLock()
+        #: Serialises calls and weight copies, shared by every wrapper of
+        #: the user model (``_host_sync.model_lock``): wrappers used from
+        #: several threads run one call at a time, and a thread that reads
+        #: the host weights waits for the call in flight instead of copying
+        #: half an optimizer step.
+        self.lock = _host_sync.model_lock(user_model)
 
     @property
     def compiled(self) -> bool:
@@ -90,12 +91,36 @@ class ExecutorState:
             raise createPoptorchError(NO_EXECUTABLE_ERR)
         return self.program
 
+    @contextlib.contextmanager
+    def serialised(self) -> Iterator[None]:
+        """Holds :attr:`lock` and, for an inference model that follows a
+        model trained through a wrapper holding it, that model's lock too:
+        the call then sees the weights of whole training steps. Locks are
+        always taken in that order (the inference model's, then its
+        owner's), and a training call takes only its own, so no two
+        threads wait for each other."""
+        with self.lock:
+            owner = None if self.training else \
+                _host_sync.owner_lock(self.user_model)
+            if owner is None or owner is self.lock:
+                yield
+                return
+            with owner:
+                yield
+
     # --- Weights ------------------------------------------------------------
     def copy_weights_to_host(self) -> None:
         """Device -> host copy of the weights and buffers."""
         program = self.require_program()
+        # Cleared first: the copy reads the host tensors, which would sync
+        # (copy) again. Set back if the copy stops part-way (a signal
+        # handler's exception, say), so that the next read copies it all.
         self.host_weights_stale = False
-        program.state.copy_to_host()
+        try:
+            program.state.copy_to_host()
+        except BaseException:
+            self.host_weights_stale = self.training
+            raise
         _host_sync.bump_weights_version(self.user_model)
 
     def copy_weights_to_host_if_needed(self) -> bool:
