@@ -49,6 +49,19 @@ class ICustomArgParser(abc.ABC):
         """Builds an object like ``original_structure`` whose tensors are
         taken, in ``yieldTensors`` order, from ``tensor_iterator``."""
 
+    def paddingMask(self, struct: Any) -> Optional[torch.Tensor]:
+        """Which rows of ``struct`` are real data: a tensor laid out along
+        dim 0 as the model's inputs are (so that it splits into the same
+        micro-batches), non-zero where an entry is real; None (the default)
+        when ``struct`` does not say.
+
+        A training model leaves out of its optimizer step every
+        micro-batch whose part of this mask has no non-zero entry: it holds
+        padding only (for example a mini-batch that completes a loader's
+        last step), so it adds no gradient and does not count in the
+        ``Mean`` reduction. An extension of PopTorch's interface."""
+        return None
+
 
 _parsers: Dict[Type, ICustomArgParser] = {}
 
@@ -127,27 +140,53 @@ def flattenTensors(struct: Any, fields_of: FieldsOf = None
     skipped.
     """
     out: List[torch.Tensor] = []
-    _flatten_into(struct, out, fields_of)
+    _walk(struct, out.append,
+          lambda parser, value: out.extend(parser.yieldTensors(value)),
+          fields_of)
     return out
 
 
-def _flatten_into(struct: Any, out: List[torch.Tensor],
-                  fields_of: FieldsOf) -> None:
+def paddingMasks(struct: Any) -> List[torch.Tensor]:
+    """The padding masks (:meth:`ICustomArgParser.paddingMask`) of the
+    objects of ``struct`` that registered parsers handle, in
+    :func:`flattenTensors` order; empty when none says.
+
+    Example (no registered type, so nothing says)::
+
+        >>> paddingMasks(([torch.ones(2)], {"x": torch.zeros(2)}))
+        []
+    """
+    masks: List[torch.Tensor] = []
+
+    def add(parser: ICustomArgParser, value: Any) -> None:
+        mask = parser.paddingMask(value)
+        if mask is not None:
+            masks.append(mask)
+
+    _walk(struct, lambda tensor: None, add, fields_of=None)
+    return masks
+
+
+def _walk(struct: Any, on_tensor: Callable[[torch.Tensor], None],
+          on_parsed: Callable[[ICustomArgParser, Any], None],
+          fields_of: FieldsOf) -> None:
+    """Visits the leaves of ``struct`` depth-first: tensors and the objects
+    of registered types (whose parser is passed along)."""
     if isinstance(struct, torch.Tensor):
-        out.append(struct)
+        on_tensor(struct)
         return
     parser = getCustomParser(struct)
     if parser is not None:
-        out.extend(parser.yieldTensors(struct))
+        on_parsed(parser, struct)
     elif isinstance(struct, (tuple, list)):
         for item in struct:
-            _flatten_into(item, out, fields_of)
+            _walk(item, on_tensor, on_parsed, fields_of)
     elif isinstance(struct, dict):
         for item in struct.values():
-            _flatten_into(item, out, fields_of)
+            _walk(item, on_tensor, on_parsed, fields_of)
     elif fields_of is not None:
         for item in (fields_of(struct) or {}).values():
-            _flatten_into(item, out, fields_of)
+            _walk(item, on_tensor, on_parsed, fields_of)
 
 
 def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor],
