@@ -131,18 +131,19 @@ def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
 FieldsOf = Optional[Callable[[Any], Optional[Dict[str, Any]]]]
 
 
-def flattenTensors(struct: Any, fields_of: FieldsOf = None
+def flattenTensors(struct: Any, fields_of: FieldsOf = None,
+                   padding_masks: Optional[List[torch.Tensor]] = None
                    ) -> List[torch.Tensor]:
     """Every tensor leaf of ``struct`` in depth-first order.
 
     Tuples, lists, dicts (in key order) and types with a registered parser are
     walked, and objects ``fields_of`` returns attributes for; other leaves are
-    skipped.
+    skipped. ``padding_masks``, when given, receives the padding masks of
+    the objects of registered types (:meth:`ICustomArgParser.paddingMask`),
+    in the same walk.
     """
     out: List[torch.Tensor] = []
-    _walk(struct, out.append,
-          lambda parser, value: out.extend(parser.yieldTensors(value)),
-          fields_of)
+    _flatten_into(struct, out, fields_of, padding_masks)
     return out
 
 
@@ -157,36 +158,31 @@ def paddingMasks(struct: Any) -> List[torch.Tensor]:
         []
     """
     masks: List[torch.Tensor] = []
-
-    def add(parser: ICustomArgParser, value: Any) -> None:
-        mask = parser.paddingMask(value)
-        if mask is not None:
-            masks.append(mask)
-
-    _walk(struct, lambda tensor: None, add, fields_of=None)
+    flattenTensors(struct, padding_masks=masks)
     return masks
 
 
-def _walk(struct: Any, on_tensor: Callable[[torch.Tensor], None],
-          on_parsed: Callable[[ICustomArgParser, Any], None],
-          fields_of: FieldsOf) -> None:
-    """Visits the leaves of ``struct`` depth-first: tensors and the objects
-    of registered types (whose parser is passed along)."""
+def _flatten_into(struct: Any, out: List[torch.Tensor], fields_of: FieldsOf,
+                  masks: Optional[List[torch.Tensor]]) -> None:
     if isinstance(struct, torch.Tensor):
-        on_tensor(struct)
+        out.append(struct)
         return
     parser = getCustomParser(struct)
     if parser is not None:
-        on_parsed(parser, struct)
+        out.extend(parser.yieldTensors(struct))
+        if masks is not None:
+            mask = parser.paddingMask(struct)
+            if mask is not None:
+                masks.append(mask)
     elif isinstance(struct, (tuple, list)):
         for item in struct:
-            _walk(item, on_tensor, on_parsed, fields_of)
+            _flatten_into(item, out, fields_of, masks)
     elif isinstance(struct, dict):
         for item in struct.values():
-            _walk(item, on_tensor, on_parsed, fields_of)
+            _flatten_into(item, out, fields_of, masks)
     elif fields_of is not None:
         for item in (fields_of(struct) or {}).values():
-            _walk(item, on_tensor, on_parsed, fields_of)
+            _flatten_into(item, out, fields_of, masks)
 
 
 def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor],

@@ -106,14 +106,17 @@ class BatchLayout:
         if not masks:
             return None
         count = self.num_micro_batches
-        padding = [True] * count
+        real = [False] * count
         for mask in masks:
             self.check_divisible(mask)
-            real = [bool(mask.any())] * count if mask.dim() == 0 else \
-                mask.reshape(count, mask.shape[0] // count,
-                             *mask.shape[1:]).flatten(1).any(dim=1).tolist()
-            padding = [p and not r for p, r in zip(padding, real)]
-        return padding
+            if mask.dim() == 0 or count == 1:
+                found = [bool(mask.any())] * count
+            else:
+                found = mask.reshape(count, mask.shape[0] // count,
+                                     *mask.shape[1:]).flatten(1).any(
+                                         dim=1).tolist()
+            real = [r or f for r, f in zip(real, found)]
+        return [not r for r in real]
 
 
 class OutputCollector:

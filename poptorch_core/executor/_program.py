@@ -22,7 +22,7 @@ from typing import (Any, Callable, Dict, FrozenSet, List, Optional,
 import torch
 
 from .. import _dtypes
-from .._args_parser import flattenTensors, paddingMasks, rebuildStructure
+from .._args_parser import flattenTensors, rebuildStructure
 from ..enums import OutputMode, ReductionType
 from ..errors import createPoptorchError
 from ..tracing.capture import CapturedModel
@@ -116,7 +116,9 @@ class Program:
 
     # --- Running ------------------------------------------------------------
     def run(self, bound: BoundArgs) -> Any:
-        host_inputs = flattenTensors(bound.as_structure())
+        masks: Optional[List[torch.Tensor]] = [] if self.training else None
+        host_inputs = flattenTensors(bound.as_structure(),
+                                     padding_masks=masks)
         inputs = self.device_inputs(host_inputs)
         splits = [self.layout.split(t) for t in inputs]
         collectors = [OutputCollector(self.layout, self.output_mode,
@@ -124,8 +126,7 @@ class Program:
                       for _ in range(self.captured.num_user_outputs)]
         with self.rng.active() if self.uses_rng else contextlib.nullcontext():
             if self.training:
-                padding = self.layout.padding_only(
-                    paddingMasks(bound.as_structure()))
+                padding = self.layout.padding_only(masks)
                 # The device trains whatever the host's grad mode (and the
                 # compiled graph was built for grad mode on).
                 with torch.enable_grad():
