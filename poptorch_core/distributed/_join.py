@@ -45,8 +45,10 @@ class AllReduceGradients(GradientReducer):
         # the processes first agree on the count and on which parameters
         # have a gradient anywhere, so that every process sums the same
         # tensors (zeros standing in for the missing ones).
+        # On the parameters' device: NCCL reduces CUDA tensors only.
         counts = torch.tensor([real] + [p.grad is not None for p in params],
-                              dtype=torch.float64)
+                              dtype=torch.float64,
+                              device=params[0].device if params else None)
         with self._group.guard("the count of real micro-batches of "
                                f"optimizer step {self._steps}"):
             all_reduce_sum([counts])
