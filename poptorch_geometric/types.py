@@ -3,7 +3,8 @@
 Registering :class:`PyGArgsParser` makes ``Data``, ``HeteroData`` and
 ``Batch`` objects valid inputs of PopTorch models, and lets the PopTorch-side
 loaders concatenate mini-batches tensor by tensor. It also tells a training
-model which micro-batches hold padding only (:meth:`PyGArgsParser.paddingMask`).
+model which micro-batches hold padding only
+(:meth:`PyGArgsParser.paddingMask`).
 
 Example::
 
@@ -55,8 +56,9 @@ class PyGArgsParser(poptorch.ICustomArgParser):
         Example::
 
             >>> from torch_geometric.data import Data
-            >>> PyGArgsParser().paddingMask(Data(
-            ...     x=torch.ones(2, 1), graphs_mask=torch.tensor([True, False])))
+            >>> mask = torch.tensor([True, False])
+            >>> PyGArgsParser().paddingMask(Data(x=torch.ones(2, 1),
+            ...                                  graphs_mask=mask))
             tensor([ True, False])
         """
         for key in self._MASK_KEYS:
