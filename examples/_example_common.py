@@ -26,7 +26,8 @@ from tqdm import tqdm
 import poptorch
 from poptorch_core._files import atomic_write
 
-__all__ = ["CPU_COLUMN", "IPU_COLUMN", "TrainingLog", "add_common_arguments",
+__all__ = ["CPU_COLUMN", "CalledWithBatch", "IPU_COLUMN", "TrainingLog",
+           "add_common_arguments",
            "device_estimate", "example_parser", "ipu_options", "loss_change",
            "masked_mean_loss", "percent", "positive_int", "results_table",
            "side_by_side", "train_epochs", "write_json"]
@@ -104,6 +105,31 @@ def masked_mean_loss(per_item: torch.Tensor,
     weight = mask.to(per_item.dtype)
     loss = (per_item * weight).sum() / weight.sum().clamp(min=1.0)
     return poptorch.identity_loss(loss, reduction="none")
+
+
+class CalledWithBatch(torch.nn.Module):
+    """``model`` called with the attributes ``keys`` of a whole batch.
+
+    A training model called with the batch itself, rather than with its
+    tensors, sees the batch's ``graphs_mask``: PopTorch then leaves the
+    padding-only mini-batches that complete a loader's last step out of the
+    optimizer step (``Mean`` averages the real mini-batches only).
+
+    Example::
+
+        >>> from torch_geometric.data import Data
+        >>> wrapped = CalledWithBatch(torch.nn.Linear(2, 1), ["x"])
+        >>> wrapped(Data(x=torch.ones(3, 2))).shape
+        torch.Size([3, 1])
+    """
+
+    def __init__(self, model: torch.nn.Module, keys: Sequence[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.keys = tuple(keys)
+
+    def forward(self, batch: Any) -> Any:
+        return self.model(*[batch[key] for key in self.keys])
 
 
 @dataclasses.dataclass

@@ -43,9 +43,9 @@ from poptorch_geometric.pyg_dataloader import \
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _example_common import (  # noqa: E402
-    CPU_COLUMN, IPU_COLUMN, TrainingLog, example_parser, ipu_options,
-    loss_change, masked_mean_loss, percent, results_table, train_epochs,
-    write_json)
+    CPU_COLUMN, IPU_COLUMN, CalledWithBatch, TrainingLog, example_parser,
+    ipu_options, loss_change, masked_mean_loss, percent, results_table,
+    train_epochs, write_json)
 
 _EXCLUDE = ["smiles"]
 
@@ -139,13 +139,13 @@ def _datasets(args: argparse.Namespace):
     return dataset, dataset[perm[num_val:]], dataset[perm[:num_val]]
 
 
-def _epoch(batches: Iterable, step: Callable[[Any], float]
+def _epoch(batches: Iterable, step: Callable[[Any], List[float]]
            ) -> Tuple[float, int]:
-    """One pass of ``step`` over ``batches``: the mean loss and the number
-    of real graphs seen."""
+    """One pass of ``step`` (the losses of a batch's real mini-batches)
+    over ``batches``: the mean loss and the number of real graphs seen."""
     losses, graphs = [], 0
     for batch in batches:
-        losses.append(step(batch))
+        losses += step(batch)
         graphs += int(batch.graphs_mask.sum())
     return sum(losses) / max(len(losses), 1), graphs
 
@@ -180,18 +180,22 @@ def _train_on_ipu(model: GIN, train_set, val_set,
 
     train_options = ipu_options(args, args.device_iterations)
     # Every step's loss comes back (not only the last of the call's
-    # device iterations), so the epoch loss averages the same steps as PyG.
+    # device iterations), so the epoch loss averages the same steps as PyG;
+    # padding-only mini-batches (a data set smaller than one call) are left
+    # out of the mean, as PopTorch leaves them out of the update.
     train_options.outputMode(poptorch.OutputMode.All)
     train_loader = loader(train_set, train_options, not args.no_shuffle)
     optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr)
-    train_model = poptorch.trainingModel(model, train_options, optimizer)
+    train_model = poptorch.trainingModel(
+        CalledWithBatch(model, ("x", "edge_index", "batch", "graphs_mask",
+                                "y")), train_options, optimizer)
     efficiency = pyg_ipu.BatchingEfficiency()
 
-    def step(batch) -> float:
+    def step(batch) -> List[float]:
         efficiency.add_batch(batch)
-        _, loss = train_model(batch.x, batch.edge_index, batch.batch,
-                              batch.graphs_mask, batch.y)
-        return float(loss.detach().mean())
+        _, loss = train_model(batch)
+        real = pyg_ipu.num_real_graphs_per_mini_batch(batch) > 0
+        return loss.detach().view(-1)[real].tolist()
 
     log = train_epochs(args.epochs, lambda: _epoch(train_loader, step),
                        IPU_COLUMN, not args.no_progress)
@@ -235,13 +239,13 @@ def _train_on_cpu(model: GIN, train_set, val_set,
                                exclude_keys=_EXCLUDE)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
-    def step(batch) -> float:
+    def step(batch) -> List[float]:
         optimizer.zero_grad()
         _, loss = model(batch.x, batch.edge_index, batch.batch,
                         batch.graphs_mask, batch.y)
         loss.backward()
         optimizer.step()
-        return float(loss.detach())
+        return [float(loss.detach())]
 
     log = train_epochs(
         args.epochs,

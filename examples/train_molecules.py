@@ -18,6 +18,14 @@ Under ``torchrun`` (or PopRun) every process trains on its own share of the
 molecules with ``--replication`` replicas (so ``2 x --replication`` in all),
 gradients are summed across the processes at every step, and process 0
 prints the summary of the whole run.
+
+The last step of an epoch may not have a packed batch for every replica,
+accumulation step and device iteration: the loader completes it with
+padding-only mini-batches. The model is called with the whole batch, so
+PopTorch sees its ``graphs_mask`` and leaves them out of the update (the
+``Mean`` reduction divides by the real mini-batches), and the train loss
+averages the real mini-batches' losses only: the same update and loss as
+fewer replicas on the same packed batches.
 """
 import argparse
 import math
@@ -34,8 +42,8 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import NCITPSA
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import (device_estimate, positive_int,  # noqa: E402
-                             write_json)
+from _example_common import (CalledWithBatch,  # noqa: E402
+                             device_estimate, positive_int, write_json)
 from molecule_model import MoleculeGNN  # noqa: E402
 
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
@@ -133,6 +141,8 @@ def _options(args: argparse.Namespace, training: bool) -> poptorch.Options:
         opts.deviceIterations(args.device_iterations)
         opts.replicationFactor(args.replication)
         opts.Training.gradientAccumulation(args.gradient_accumulation)
+        # Every mini-batch's loss comes back, to average the real ones.
+        opts.outputMode(poptorch.OutputMode.All)
     return opts
 
 
@@ -176,17 +186,20 @@ def _train(args, train_model, train_loader, optimizer, schedule,
         losses, start = [], time.perf_counter()
         bar = tqdm(iter(train_loader), total=steps, leave=False,
                    desc=f"epoch {epoch + 1}/{args.epochs}", disable=not show)
-        for batch in bar:
-            _, loss = train_model(*_inputs(batch))
-            losses.append(float(loss.mean()))
+        for steps, batch in enumerate(bar, 1):
+            _, loss = train_model(batch)
+            # One loss per mini-batch (OutputMode.All); padding-only ones
+            # (loss 0) are not part of the epoch's mean.
+            real = pyg_ipu.num_real_graphs_per_mini_batch(batch) > 0
+            losses += loss.view(-1)[real].tolist()
             graphs = int(batch.graphs_mask.sum())
             graphs_seen += graphs
             batches_seen += len(batch.graphs_mask) // num_graphs
             if not first_step[1]:
                 first_step = (time.perf_counter() - start, graphs)
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            if losses:
+                bar.set_postfix(loss=f"{losses[-1]:.4f}")
         train_time += time.perf_counter() - start
-        steps = len(losses)
         schedule.step()
         train_model.setOptimizer(optimizer)  # the new LR reaches the device
         total, count = _over_processes([sum(losses), len(losses)])
@@ -263,8 +276,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     optimizer = poptorch.optim.Adam(model.parameters(), lr=args.lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=max(args.epochs, 1))
-    train_model = poptorch.trainingModel(model, _options(args, True),
-                                         optimizer)
+    # Called with the whole batch, so that PopTorch sees its graphs_mask.
+    train_model = poptorch.trainingModel(CalledWithBatch(model, _INPUTS),
+                                         _options(args, True), optimizer)
     processes = _options(args, True).Distributed
     trained = _train(args, train_model, train_loader, optimizer, schedule,
                      show=not args.no_progress and processes.processId == 0)

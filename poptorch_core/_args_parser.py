@@ -49,6 +49,19 @@ class ICustomArgParser(abc.ABC):
         """Builds an object like ``original_structure`` whose tensors are
         taken, in ``yieldTensors`` order, from ``tensor_iterator``."""
 
+    def paddingMask(self, struct: Any) -> Optional[torch.Tensor]:
+        """Which rows of ``struct`` are real data: a tensor laid out along
+        dim 0 as the model's inputs are (so that it splits into the same
+        micro-batches), non-zero where an entry is real; None (the default)
+        when ``struct`` does not say.
+
+        A training model leaves out of its optimizer step every
+        micro-batch whose part of this mask has no non-zero entry: it holds
+        padding only (for example a mini-batch that completes a loader's
+        last step), so it adds no gradient and does not count in the
+        ``Mean`` reduction. An extension of PopTorch's interface."""
+        return None
+
 
 _parsers: Dict[Type, ICustomArgParser] = {}
 
@@ -118,36 +131,58 @@ def getCustomParser(value: Any) -> Optional[ICustomArgParser]:
 FieldsOf = Optional[Callable[[Any], Optional[Dict[str, Any]]]]
 
 
-def flattenTensors(struct: Any, fields_of: FieldsOf = None
+def flattenTensors(struct: Any, fields_of: FieldsOf = None,
+                   padding_masks: Optional[List[torch.Tensor]] = None
                    ) -> List[torch.Tensor]:
     """Every tensor leaf of ``struct`` in depth-first order.
 
     Tuples, lists, dicts (in key order) and types with a registered parser are
     walked, and objects ``fields_of`` returns attributes for; other leaves are
-    skipped.
+    skipped. ``padding_masks``, when given, receives the padding masks of
+    the objects of registered types (:meth:`ICustomArgParser.paddingMask`),
+    in the same walk.
     """
     out: List[torch.Tensor] = []
-    _flatten_into(struct, out, fields_of)
+    _flatten_into(struct, out, fields_of, padding_masks)
     return out
 
 
-def _flatten_into(struct: Any, out: List[torch.Tensor],
-                  fields_of: FieldsOf) -> None:
+def paddingMasks(struct: Any) -> List[torch.Tensor]:
+    """The padding masks (:meth:`ICustomArgParser.paddingMask`) of the
+    objects of ``struct`` that registered parsers handle, in
+    :func:`flattenTensors` order; empty when none says.
+
+    Example (no registered type, so nothing says)::
+
+        >>> paddingMasks(([torch.ones(2)], {"x": torch.zeros(2)}))
+        []
+    """
+    masks: List[torch.Tensor] = []
+    flattenTensors(struct, padding_masks=masks)
+    return masks
+
+
+def _flatten_into(struct: Any, out: List[torch.Tensor], fields_of: FieldsOf,
+                  masks: Optional[List[torch.Tensor]]) -> None:
     if isinstance(struct, torch.Tensor):
         out.append(struct)
         return
     parser = getCustomParser(struct)
     if parser is not None:
         out.extend(parser.yieldTensors(struct))
+        if masks is not None:
+            mask = parser.paddingMask(struct)
+            if mask is not None:
+                masks.append(mask)
     elif isinstance(struct, (tuple, list)):
         for item in struct:
-            _flatten_into(item, out, fields_of)
+            _flatten_into(item, out, fields_of, masks)
     elif isinstance(struct, dict):
         for item in struct.values():
-            _flatten_into(item, out, fields_of)
+            _flatten_into(item, out, fields_of, masks)
     elif fields_of is not None:
         for item in (fields_of(struct) or {}).values():
-            _flatten_into(item, out, fields_of)
+            _flatten_into(item, out, fields_of, masks)
 
 
 def rebuildStructure(struct: Any, tensors: Iterator[torch.Tensor],

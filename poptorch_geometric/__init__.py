@@ -28,7 +28,8 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
                          OverSizeStrategy)
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
-from .metrics import count_real, num_real_graphs, num_real_nodes
+from .metrics import (count_real, num_real_graphs,
+                      num_real_graphs_per_mini_batch, num_real_nodes)
 from .model_with_loss import ModelWithLoss, with_loss
 from .neighbor_loader import (FixedSizeNeighborLoader,
                               PyGFixedSizeNeighborLoader,
@@ -72,6 +73,7 @@ __all__ = [
     "count_real",
     "ModelWithLoss",
     "num_real_graphs",
+    "num_real_graphs_per_mini_batch",
     "num_real_nodes",
     "ops",
     "with_loss",

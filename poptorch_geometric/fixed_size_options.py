@@ -19,6 +19,7 @@ from torch_geometric.typing import EdgeType, NodeType
 from ._best_fit import DEFAULT_LOOKAHEAD
 from ._packing import batch_size_budget, packing_budget
 from ._padding.sizes import edge_count, node_count
+from ._padding.values import check_pad_graph_defaults, check_pad_value
 
 __all__ = ["FixedSizeOptions", "validate_num_graphs"]
 
@@ -37,15 +38,6 @@ def validate_num_graphs(num_graphs: int) -> None:
         raise ValueError(
             f"num_graphs ({num_graphs}) must be at least 2: a fixed-size "
             "batch needs at least one real graph and one padding graph.")
-
-
-def _check_pad_value(name: str, value: Any) -> None:
-    if value is None or isinstance(value, Padding) or (
-            isinstance(value, numbers.Number) and not isinstance(value, bool)):
-        return
-    raise TypeError(
-        f"{name} must be a number or a torch_geometric.transforms.pad "
-        f"Padding object, got {value!r} ({type(value).__name__}).")
 
 
 def _check_count(name: str, value: Any, allow_empty: bool = False) -> None:
@@ -79,6 +71,15 @@ class FixedSizeOptions:
 
     At least one node, one edge and one graph of each batch are reserved for
     padding by the loaders that derive these sizes.
+
+    Pad values (also a PyG ``Padding`` object's, and numbers in
+    ``pad_graph_defaults``) must be finite, here and when set later: a NaN
+    or an infinity survives the mask of a masked loss (NaN x 0 is NaN) and
+    one step would turn every weight into NaN.
+
+    Raises:
+        ValueError: a pad value is NaN or infinite (the message names it).
+        TypeError: a pad value is neither a number nor a ``Padding``.
     """
 
     def __init__(self,
@@ -92,10 +93,6 @@ class FixedSizeOptions:
         _check_count("num_nodes", num_nodes)
         _check_count("num_edges", num_edges, allow_empty=True)
         validate_num_graphs(num_graphs)
-        for name, value in (("node_pad_value", node_pad_value),
-                            ("edge_pad_value", edge_pad_value),
-                            ("graph_pad_value", graph_pad_value)):
-            _check_pad_value(name, value)
         self.num_nodes = num_nodes
         if num_edges:
             self.num_edges = num_edges
@@ -119,6 +116,47 @@ class FixedSizeOptions:
         #: packing, unless these budgets were chosen for a lookahead by
         #: :meth:`for_packing` or :meth:`for_batch_size`.
         self.packing_lookahead = 0
+
+    # The pad values are checked whenever they are set, not only here.
+    @property
+    def node_pad_value(self) -> Union[float, Padding]:
+        """Value of padding node features."""
+        return self._node_pad_value
+
+    @node_pad_value.setter
+    def node_pad_value(self, value: Union[float, Padding]) -> None:
+        check_pad_value("node_pad_value", value)
+        self._node_pad_value = value
+
+    @property
+    def edge_pad_value(self) -> Union[float, Padding]:
+        """Value of padding edge features."""
+        return self._edge_pad_value
+
+    @edge_pad_value.setter
+    def edge_pad_value(self, value: Union[float, Padding]) -> None:
+        check_pad_value("edge_pad_value", value)
+        self._edge_pad_value = value
+
+    @property
+    def graph_pad_value(self) -> Union[float, Padding]:
+        """Value of graph-level tensors of padding graphs."""
+        return self._graph_pad_value
+
+    @graph_pad_value.setter
+    def graph_pad_value(self, value: Union[float, Padding]) -> None:
+        check_pad_value("graph_pad_value", value)
+        self._graph_pad_value = value
+
+    @property
+    def pad_graph_defaults(self) -> Dict[str, Any]:
+        """Values of non-tensor graph attributes of padding graphs."""
+        return self._pad_graph_defaults
+
+    @pad_graph_defaults.setter
+    def pad_graph_defaults(self, value: Dict[str, Any]) -> None:
+        check_pad_graph_defaults(value)
+        self._pad_graph_defaults = value
 
     def is_hetero(self) -> bool:
         """True when both node and edge sizes are given per type."""

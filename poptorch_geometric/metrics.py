@@ -20,13 +20,17 @@ Example::
     (1, 2)
     >>> count_real(torch.tensor([True, True]), batch)  # per graph
     1
+
+A PopTorch-side loader's batch combines the mini-batches of one call, and
+the last call of an epoch may hold padding-only mini-batches;
+:func:`num_real_graphs_per_mini_batch` says which (see its example).
 """
 from typing import Any, Optional, Union
 
 import torch
 
-__all__ = ["count_real", "num_real_graphs", "num_real_nodes",
-           "padding_mask"]
+__all__ = ["count_real", "num_real_graphs", "num_real_graphs_per_mini_batch",
+           "num_real_nodes", "padding_mask"]
 
 
 def padding_mask(data: Any, length: int) -> Optional[torch.Tensor]:
@@ -55,6 +59,43 @@ def num_real_graphs(data: Any) -> int:
     """Real graphs of a batch (``data.num_graphs`` without padding)."""
     mask = getattr(data, "graphs_mask", None)
     return int(mask.sum()) if mask is not None else int(data.num_graphs)
+
+
+def num_real_graphs_per_mini_batch(data: Any) -> torch.Tensor:
+    """Real graphs of each mini-batch of a combined batch (one a
+    PopTorch-side loader yields), in the order PopTorch splits it: device
+    iteration, then accumulation step, then replica. That is the order of
+    the losses a training model returns with ``OutputMode.All``, one per
+    mini-batch, so weighting them by these counts gives the mean loss over
+    the real graphs; a padding-only mini-batch (count 0, loss 0 with
+    ``with_loss``) then counts for nothing. A batch without
+    ``graphs_mask`` is one mini-batch of real graphs.
+
+    Example (2 graphs in mini-batches of 3 graph slots, up to 2 real
+    each, for 2 device iterations: the second mini-batch is padding
+    only)::
+
+        >>> import poptorch
+        >>> from poptorch_geometric import FixedSizeDataLoader
+        >>> from poptorch_geometric.datasets import SyntheticMolecules
+        >>> loader = FixedSizeDataLoader(
+        ...     SyntheticMolecules(2), batch_size=3, drop_last=False,
+        ...     options=poptorch.Options().deviceIterations(2))
+        >>> batch = next(iter(loader))
+        >>> counts = num_real_graphs_per_mini_batch(batch)
+        >>> counts
+        tensor([2, 0])
+        >>> losses = torch.tensor([0.75, 0.0])   # as OutputMode.All returns
+        >>> float((losses * counts).sum() / counts.sum())  # per real graph
+        0.75
+        >>> float(losses[counts > 0].mean())   # per real mini-batch
+        0.75
+    """
+    mask = getattr(data, "graphs_mask", None)
+    if mask is None:
+        return torch.tensor([int(data.num_graphs)])
+    # A combined batch reports one mini-batch's graph slots.
+    return mask.view(-1, int(data.num_graphs)).sum(dim=1)
 
 
 def num_real_nodes(data: Any) -> int:

@@ -137,20 +137,37 @@ class ModelWithLoss(torch.nn.Module):
     def loss(self, out: torch.Tensor, data: BaseData) -> torch.Tensor:
         """The mean of ``loss_fn`` over the entries that count, marked with
         ``poptorch.identity_loss``."""
-        per_entry = self._per_entry(out, _attribute(data, self.target))
+        target = _attribute(data, self.target)
+        padding = padding_mask(data, out.shape[0])
+        if padding is not None and target.dim() > 0 and \
+                target.shape[0] == padding.shape[0]:
+            # Padding targets hold the pad value, which need not be a valid
+            # target (a class index of 1e6 is an error): 0 is one, and its
+            # loss is masked out below.
+            target = torch.where(_rows(padding, target), target,
+                                 target.new_zeros(()))
+        per_entry = self._per_entry(out, target)
         weight = torch.ones(per_entry.shape[0], device=per_entry.device)
         if self.mask is not None:
             weight = weight * _attribute(data, self.mask).to(weight.dtype)
-        padding = padding_mask(data, per_entry.shape[0])
         if padding is not None:
             weight = weight * padding.to(weight.dtype)
-        weight = weight.view(-1, *[1] * (per_entry.dim() - 1))
-        weight = weight.expand_as(per_entry)
+        weight = _rows(weight, per_entry).expand_as(per_entry)
         total = weight.sum()
+        # Selected rather than multiplied: an entry that does not count
+        # adds exactly 0 even where its loss is not finite.
+        weighted = torch.where(weight != 0, per_entry * weight,
+                               per_entry.new_zeros(()))
         # A mini-batch of padding only has no entry that counts: loss 0.
-        loss = (per_entry * weight).sum() / torch.where(
+        loss = weighted.sum() / torch.where(
             total > 0, total, torch.ones_like(total))
         return poptorch.identity_loss(loss, reduction="none")
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``mask`` (one value per row) viewed to broadcast over ``like``'s
+    rows."""
+    return mask.view(-1, *[1] * (like.dim() - 1))
 
 
 def _annotated_as_data(param: inspect.Parameter) -> bool:
@@ -181,8 +198,12 @@ def with_loss(model: torch.nn.Module, loss_fn: Callable, target: str = "y",
 
     The loss is ``loss_fn`` per entry, averaged over the entries that count:
     those of ``mask`` (if given) that are real (``graphs_mask`` or
-    ``nodes_mask`` of a fixed-size batch, chosen by the output's length). A
-    mini-batch with no such entry (padding only) has loss 0.
+    ``nodes_mask`` of a fixed-size batch, chosen by the output's length).
+    Padding entries get target 0 (any finite pad value works, even one
+    that is not a valid class index) and add exactly 0. A mini-batch with
+    no such entry (padding only) has loss 0, and a training model leaves
+    it out of the step: under ``Mean`` reduction the step's gradient is
+    the mean over the real mini-batches only (see the README).
 
     Example: see the module's docstring.
     """

@@ -2,7 +2,9 @@
 
 Registering :class:`PyGArgsParser` makes ``Data``, ``HeteroData`` and
 ``Batch`` objects valid inputs of PopTorch models, and lets the PopTorch-side
-loaders concatenate mini-batches tensor by tensor.
+loaders concatenate mini-batches tensor by tensor. It also tells a training
+model which micro-batches hold padding only
+(:meth:`PyGArgsParser.paddingMask`).
 
 Example::
 
@@ -16,7 +18,7 @@ Example::
     torch.Size([3, 2])
 """
 import functools
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from torch_geometric.data import Batch, Data, HeteroData
@@ -37,6 +39,33 @@ class PyGArgsParser(poptorch.ICustomArgParser):
     stores). Rebuilding a ``Data`` keeps only its tensor attributes; rebuilding
     a ``HeteroData`` keeps non-tensor attributes too.
     """
+
+    #: The masks of real entries, in the order :meth:`paddingMask` looks.
+    _MASK_KEYS = ("graphs_mask", "nodes_mask")
+
+    def paddingMask(self, struct: Any) -> Optional[torch.Tensor]:
+        """The ``graphs_mask`` of a fixed-size batch (its ``nodes_mask``
+        when it has none), None for data without masks.
+
+        A training model splits it with the other inputs and leaves each
+        mini-batch whose part has no True entry (a padding-only
+        mini-batch, as the loaders add to complete a last step) out of the
+        optimizer step: no gradient, and ``Mean`` divides by the number of
+        real mini-batches.
+
+        Example::
+
+            >>> from torch_geometric.data import Data
+            >>> mask = torch.tensor([True, False])
+            >>> PyGArgsParser().paddingMask(Data(x=torch.ones(2, 1),
+            ...                                  graphs_mask=mask))
+            tensor([ True, False])
+        """
+        for key in self._MASK_KEYS:
+            mask = getattr(struct, key, None)
+            if isinstance(mask, torch.Tensor):
+                return mask
+        return None
 
     @staticmethod
     def _sortedTensorKeys(struct: BaseData) -> List[str]:

@@ -210,6 +210,64 @@ def test_train_molecules_quick_learns_and_writes_its_record(
     assert record["simulated_ipu"]["fits"]
 
 
+def test_train_molecules_padding_replicas_change_neither_loss_nor_update(
+        nci_data_root):
+    """Issue 45: ``--limit 60`` packs the 54 training molecules into one
+    batch an epoch, so with 8 replicas 7 hold padding only. The reported
+    losses (and, through the second epoch's loss and the validation
+    error, the update) must be one replica's, not an average that counts
+    the padding."""
+    example = _load_example("train_molecules")
+    summaries = [example.run(example.parse_args(
+        ["--limit", "60", "--epochs", "2", "--replication", str(r),
+         "--no-progress", "--data-root", nci_data_root])) for r in (1, 8)]
+    one, eight = summaries
+    assert one["loss_history"][0] > 0.5   # not a mean diluted by padding
+    assert eight["loss_history"] == pytest.approx(one["loss_history"],
+                                                  rel=1e-6)
+    assert eight["val_mae"] == pytest.approx(one["val_mae"], rel=1e-6)
+
+
+def test_example_losses_are_exact_with_large_pad_values():
+    """The examples' masked losses (``MoleculeGNN``, graph_classification's
+    ``GIN``) on a batch whose padding graphs hold the target 1e6 equal the
+    losses and gradients on the real graphs alone: the padding's loss is
+    finite, so the mask removes it exactly."""
+    from torch_geometric.data import Batch
+    import poptorch_geometric as pyg_ipu
+    from poptorch_geometric.datasets import SyntheticMolecules
+    graphs = [SyntheticMolecules(5)[i] for i in range(5)]
+    for i, g in enumerate(graphs):
+        g.y = torch.tensor([[float(i % 2)]])
+    slots = 8
+    padded = pyg_ipu.FixedSizeCollater(
+        pyg_ipu.FixedSizeOptions(200, 400, slots, graph_pad_value=1e6),
+        add_masks_to_batch=True)(graphs)
+    assert padded.y.view(-1)[-1] == 1e6
+    plain = Batch.from_data_list(graphs)
+    plain.graphs_mask = torch.ones(5, dtype=torch.bool)
+    molecules = _load_example("molecule_model").MoleculeGNN(slots)
+    gin = _load_example("graph_classification").GIN(16, 2)
+    for model, sizes in ((molecules, "num_graphs"), (gin, None)):
+        torch.manual_seed(0)
+        results = []
+        for batch, num_graphs in ((padded, slots), (plain, 5)):
+            if sizes:
+                setattr(model, sizes, num_graphs)
+            model.zero_grad()
+            inputs = [batch.x, batch.edge_index] + (
+                [batch.edge_attr] if sizes else []) + [
+                    batch.batch, batch.graphs_mask, batch.y]
+            _, loss = model(*inputs)
+            loss.backward()
+            results.append((loss.detach(), [p.grad.clone() for p in
+                                            model.parameters()]))
+        (loss, grads), (ref_loss, ref_grads) = results
+        torch.testing.assert_close(loss, ref_loss)
+        for grad, ref in zip(grads, ref_grads):
+            torch.testing.assert_close(grad, ref)
+
+
 def test_train_molecules_flags(monkeypatch, capsys):
     example = _load_example("train_molecules")
     # Edge values are refused with the flag's name, not run.

@@ -3,10 +3,12 @@
 After a training model compiles in a run of several processes, every
 process checks that the others compiled the same thing, takes process 0's
 weights and buffers, and from then on sums each optimizer step's gradients
-over all processes before the step: ``Mean`` divides by
-``G x R x processes``, ``Sum`` by nothing, exactly as for the replicas of
-one process. Every process then applies the same update to the same
-weights, so ``copyWeightsToHost`` gives all of them the same model.
+over all processes before the step: ``Mean`` divides by the number of real
+micro-batches over all processes (``G x R x processes`` when none holds
+padding only), ``Sum`` by nothing, exactly as for the replicas of one
+process; a step without a real micro-batch anywhere is skipped by every
+process. Every process then applies the same update to the same weights, so
+``copyWeightsToHost`` gives all of them the same model.
 
 Inference models take no part: nothing needs to be exchanged, and a
 process may run inference alone (for instance on rank 0 only).
@@ -29,19 +31,38 @@ __all__: list = []
 
 
 class AllReduceGradients(GradientReducer):
-    """Sums gradients over the processes of the run."""
+    """Sums gradients and real micro-batch counts over the processes of
+    the run."""
 
     def __init__(self, group: ProcessGroup):
         self._group = group
         self.num_processes = group.launch.world_size
         self._steps = 0
 
-    def all_reduce(self, params: Sequence[torch.Tensor]) -> None:
+    def all_reduce(self, params: Sequence[torch.Tensor], real: int) -> int:
         self._steps += 1
+        # A process whose micro-batches all held padding has no gradients:
+        # the processes first agree on the count and on which parameters
+        # have a gradient anywhere, so that every process sums the same
+        # tensors (zeros standing in for the missing ones).
+        # On the parameters' device: NCCL reduces CUDA tensors only.
+        counts = torch.tensor([real] + [p.grad is not None for p in params],
+                              dtype=torch.float64,
+                              device=params[0].device if params else None)
+        with self._group.guard("the count of real micro-batches of "
+                               f"optimizer step {self._steps}"):
+            all_reduce_sum([counts])
+        total, *present = (int(c) for c in counts.tolist())
+        if total == 0:
+            return 0
+        for param, anywhere in zip(params, present):
+            if anywhere and param.grad is None:
+                param.grad = torch.zeros_like(param)
         grads = [p.grad for p in params if p.grad is not None]
         with self._group.guard("the gradient all-reduce of optimizer step "
                                f"{self._steps}"):
             all_reduce_sum(grads)
+        return total
 
 
 #: Distributed training models this process compiled so far.

@@ -6,7 +6,7 @@ outermost, then accumulation step, then input group. Outputs are rebuilt per
 output mode in the same ``[D][G][R]`` order.
 """
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -87,6 +87,36 @@ class BatchLayout:
     def micro_index(self, iteration: int, step: int, replica: int) -> int:
         return ((iteration * self.gradient_accumulation + step) *
                 self.input_groups + self.input_group_of(replica))
+
+    def padding_only(self, masks: Sequence[torch.Tensor]
+                     ) -> Optional[List[bool]]:
+        """Per micro-batch (by :meth:`micro_index`), whether it holds
+        padding only: its part of every mask in ``masks`` (the inputs'
+        padding masks, non-zero where an entry is real, split as the inputs
+        are) has no non-zero entry. None without masks: nothing is known to
+        be padding.
+
+        Example (2 micro-batches of 2 rows; the second is padding)::
+
+            >>> layout = BatchLayout(1, 2, 1, 1)
+            >>> layout.padding_only([torch.tensor([True, False, False,
+            ...                                    False])])
+            [False, True]
+        """
+        if not masks:
+            return None
+        count = self.num_micro_batches
+        real = [False] * count
+        for mask in masks:
+            self.check_divisible(mask)
+            if mask.dim() == 0 or count == 1:
+                found = [bool(mask.any())] * count
+            else:
+                found = mask.reshape(count, mask.shape[0] // count,
+                                     *mask.shape[1:]).flatten(1).any(
+                                         dim=1).tolist()
+            real = [r or f for r, f in zip(real, found)]
+        return [not r for r in real]
 
 
 class OutputCollector:

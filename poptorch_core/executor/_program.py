@@ -7,6 +7,12 @@ step and each replica, the graph runs on that replica's micro-batch; a
 training call back-propagates the final loss of each micro-batch (times the
 loss scaling), reduces the gradients over ``G x R`` by mean or sum and
 applies one optimizer step per device iteration.
+
+A micro-batch known to hold padding only (its inputs' padding masks,
+``ICustomArgParser.paddingMask``, mark no real entry) still runs forward,
+for its outputs, but adds no gradient and does not count: ``Mean`` divides
+by the number of real micro-batches, and a device iteration without one
+takes no optimizer step, as an eager loop that never saw those batches.
 """
 import contextlib
 import dataclasses
@@ -121,7 +127,9 @@ class Program:
             ) -> Any:
         """One call; a training call counts its optimizer steps in
         ``steps`` (for the exception that stops it, ``_interrupts``)."""
-        host_inputs = flattenTensors(bound.as_structure())
+        masks: Optional[List[torch.Tensor]] = [] if self.training else None
+        host_inputs = flattenTensors(bound.as_structure(),
+                                     padding_masks=masks)
         inputs = self.device_inputs(host_inputs)
         splits = [self.layout.split(t) for t in inputs]
         collectors = [OutputCollector(self.layout, self.output_mode,
@@ -129,11 +137,12 @@ class Program:
                       for _ in range(self.captured.num_user_outputs)]
         with self.rng.active() if self.uses_rng else contextlib.nullcontext():
             if self.training:
+                padding = self.layout.padding_only(masks)
                 # The device trains whatever the host's grad mode (and the
                 # compiled graph was built for grad mode on).
                 with torch.enable_grad():
                     self._run_training(splits, collectors, steps or StepCount(
-                        self.layout.device_iterations))
+                        self.layout.device_iterations), padding)
             else:
                 with torch.no_grad():
                     self._run_inference(splits, collectors)
@@ -201,22 +210,27 @@ class Program:
                     self._step_tensors(splits, iteration, 0, replica))
                 self._collect(collectors, outputs, iteration, 0, replica)
 
-    def _run_training(self, splits, collectors, steps: StepCount) -> None:
+    def _run_training(self, splits, collectors, steps: StepCount,
+                      padding: Optional[List[bool]] = None) -> None:
         """One optimizer step per device iteration. An exception (Ctrl-C,
         any signal handler's, the model's) stops the call between steps: a
-        step is applied whole or not at all (``_interrupts``)."""
+        step is applied whole or not at all (``_interrupts``). ``padding``:
+        which micro-batches hold padding only (``BatchLayout.padding_only``),
+        None when none is known to."""
         try:
             for iteration in range(self.layout.device_iterations):
+                real = self._real_replicas(padding, iteration)
                 # Automatic loss scaling may change the scale after a step.
                 scale = float(self.device_optimizer.loss_scaling)
-                step = self._adam_in_graph_step(splits, iteration, scale)
+                step = self._adam_in_graph_step(splits, iteration, scale) \
+                    if all(all(r) for r in real) else None
                 if step is not None:
                     outputs = steps.apply(step)
                     self._collect(collectors, outputs, iteration, 0, 0)
                     continue
                 self._buffers_before.save(self.state)
-                self._accumulate(splits, collectors, iteration, scale)
-                divisor = self._reduce()
+                self._accumulate(splits, collectors, iteration, scale, real)
+                divisor = self._reduce(real)
                 steps.apply(lambda: self._apply(divisor, scale),
                             self._buffers_before)
         except BaseException:
@@ -256,30 +270,46 @@ class Program:
             return outputs
         return step
 
+    def _real_replicas(self, padding: Optional[List[bool]],
+                       iteration: int) -> List[List[bool]]:
+        """``[step][replica]``: whether that micro-batch of ``iteration``
+        is real (not padding only)."""
+        layout = self.layout
+        return [[padding is None or
+                 not padding[layout.micro_index(iteration, step, replica)]
+                 for replica in range(layout.replicas)]
+                for step in range(layout.gradient_accumulation)]
+
     def _accumulate(self, splits, collectors, iteration: int,
-                    scale: float) -> None:
-        """Forward and backward of every micro-batch of one iteration."""
+                    scale: float, real: List[List[bool]]) -> None:
+        """Forward of every micro-batch of one iteration, and backward of
+        the real ones (``real[step][replica]``)."""
         layout = self.layout
         for step in range(layout.gradient_accumulation):
             for replica in range(layout.replicas):
                 outputs = self._forward_backward(
                     self._step_tensors(splits, iteration, step, replica),
-                    scale)
+                    scale, real[step][replica])
                 self._collect(collectors, outputs, iteration, step, replica)
 
-    def _forward_backward(self, tensors: List[torch.Tensor],
-                          scale: float) -> List[torch.Tensor]:
-        """Runs one micro-batch and adds its gradients (of the final loss,
-        summed, times ``scale``) to the parameters' ``.grad``; returns the
-        graph's outputs."""
+    def _forward_backward(self, tensors: List[torch.Tensor], scale: float,
+                          real: bool = True) -> List[torch.Tensor]:
+        """Runs one micro-batch and, when it is ``real``, adds its
+        gradients (of the final loss, summed, times ``scale``) to the
+        parameters' ``.grad``; returns the graph's outputs."""
         loss_index = self.captured.loss_index
         if self._trains_in_one_graph():
+            # A padding-only micro-batch runs the same compiled step (a
+            # forward-only form would be one more compilation) and its
+            # gradients are dropped.
             outputs, grads = self.executable.run_training(
                 tensors, loss_index, scale)
-            for position, grad in grads:
+            for position, grad in grads if real else ():
                 _accumulate_grad(tensors[position], grad)
             return outputs
         outputs = self.executable.run(tensors)
+        if not real:
+            return outputs
         loss = outputs[loss_index]
         # A "none"-reduced final loss back-propagates ones.
         seed = loss if loss.dim() == 0 else loss.sum()
@@ -287,18 +317,28 @@ class Program:
             (seed * scale if scale != 1.0 else seed).backward()
         return outputs
 
-    def _reduce(self) -> float:
-        """Reduces the accumulated gradients (over replica groups and
-        processes); returns what the optimizer divides their sum by. Left
-        interruptible: a collective that hangs must not hold Ctrl-C."""
+    def _reduce(self, real: List[List[bool]]) -> Optional[float]:
+        """Reduces the accumulated gradients of the real micro-batches
+        (``real[step][replica]``, over replica groups and processes);
+        returns what the optimizer divides their sum by, None when no
+        micro-batch was real. Left interruptible: a collective that hangs
+        must not hold Ctrl-C."""
         params, layout = self.state.params, self.layout
+        per_replica = [sum(column) for column in zip(*real)]
         if self.state.grouped and self.reduction == ReductionType.Mean:
-            reduce_within_groups(params, self.state.grouped, layout.replicas)
-        return self.gradient_reducer.reduce(params, layout, self.reduction)
+            reduce_within_groups(params, self.state.grouped, per_replica)
+        return self.gradient_reducer.reduce(params, layout, self.reduction,
+                                            sum(per_replica))
 
-    def _apply(self, divisor: float, scale: float) -> None:
-        """One optimizer update from the reduced gradients."""
+    def _apply(self, divisor: Optional[float], scale: float) -> None:
+        """One optimizer update from the reduced gradients; none when
+        ``divisor`` is None (no real micro-batch: the step is skipped
+        whole, no weight decay, momentum or step count)."""
         params = self.state.params
+        if divisor is None:
+            for param in params:
+                param.grad = None
+            return
         self.last_gradients = {
             i: p.grad.detach().clone() / (divisor * scale)
             for i, p in enumerate(params) if p.grad is not None} \

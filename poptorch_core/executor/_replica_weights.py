@@ -180,10 +180,19 @@ def check_optimizer(optimizer: Any, grouped: Dict[int, GroupedWeight]
 
 def reduce_within_groups(params: Sequence[torch.Tensor],
                          grouped: Dict[int, GroupedWeight],
-                         replicas: int) -> None:
-    """Turns the mean over all ``G x R`` micro-batches that the optimizer
-    applies into the mean over each group's ``G x k``."""
+                         real_per_replica: Sequence[int]) -> None:
+    """Turns the mean over all real micro-batches that the optimizer
+    applies (``G x R`` when none holds padding only) into the mean over each
+    group's real ones (``G x k``). ``real_per_replica[r]``: replica ``r``'s
+    real micro-batches. A group without one has no gradient to scale (its
+    copy still takes the step, with a zero gradient)."""
+    total = sum(real_per_replica)
     for index, weight in grouped.items():
         grad = params[index].grad
-        if grad is not None and weight.group_size != replicas:
-            grad.mul_(replicas / weight.group_size)
+        if grad is None or total == 0:
+            continue
+        for group, members in enumerate(_groups_of(weight.assignment,
+                                                   weight.num_groups)):
+            real = sum(real_per_replica[r] for r in members)
+            if real and real != total:
+                grad[group].mul_(total / real)

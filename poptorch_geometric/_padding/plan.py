@@ -38,6 +38,8 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.data.data import BaseData
 from torch_geometric.transforms.pad import Padding
 
+from .values import check_finite
+
 __all__: List[str] = []
 
 # Node attributes PyG's ``Pad`` fills with ``mask_pad_value`` (False).
@@ -105,9 +107,12 @@ def is_incremented(key: str) -> bool:
 def resolve_fill(pad: Union[float, Padding], key: str,
                  store_type: Optional[Hashable] = None) -> Any:
     """The scalar padding value of ``key`` (PyG ``Padding`` objects are
-    resolved by attribute name and store type)."""
+    resolved by attribute name and store type); a NaN or an infinity that
+    a ``Padding`` object computes is refused (``_padding.values``)."""
     if isinstance(pad, Padding):
-        return pad.get_value(store_type, key)
+        value = pad.get_value(store_type, key)
+        check_finite(f"the padding value of {key!r} ({pad!r})", value)
+        return value
     return pad
 
 
@@ -133,7 +138,10 @@ def graph_spec(opts: Any, key: str, value: Any, cat_dim: Optional[int],
         return AttrSpec(key, Level.GRAPH, value, fill,
                         None if value.dim() == 0 else cat_dim,
                         is_incremented(key))
-    fill = opts.pad_graph_defaults.get(key, value) if use_defaults else value
+    fill = value
+    if use_defaults and key in opts.pad_graph_defaults:
+        fill = opts.pad_graph_defaults[key]
+        check_finite(f"pad_graph_defaults[{key!r}]", fill)
     return AttrSpec(key, Level.OTHER, value, fill)
 
 

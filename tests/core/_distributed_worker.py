@@ -12,7 +12,9 @@ Scenarios:
   ``replicationFactor(R)`` replicas here (``R x processes`` in all) on this
   process's replicas' share of a global batch; record outputs, losses and
   the final weights. Every process starts from different weights (seeded by
-  rank), so the broadcast from rank 0 is exercised.
+  rank), so the broadcast from rank 0 is exercised. A config with
+  ``padding`` (global micro-batch indices) passes the batch as a
+  ``_padding.Rows`` whose mask marks those micro-batches padding only.
 - ``fail``: train until the ``victim`` rank kills itself (SIGKILL), hangs or
   ends its program at step 3 (or never starts); survivors record the ``poptorch.Error`` and
   how long the failing call took, and exit with status 3.
@@ -31,6 +33,8 @@ import torch
 
 import poptorch
 
+from ._padding import Rows, register
+
 FAILED_STATUS = 3
 
 
@@ -45,6 +49,22 @@ class MLP(torch.nn.Module):
     def forward(self, x, y):
         out = self.fc2(torch.relu(self.fc1(x)))
         return out, torch.nn.functional.mse_loss(out, y)
+
+
+class RowsMLP(MLP):
+    """The MLP called with ``Rows`` (features, targets, real-row mask)."""
+
+    def forward(self, rows):
+        return super().forward(rows.x, rows.y)
+
+
+def real_rows(config: Dict[str, Any], world: int) -> torch.Tensor:
+    """The real-row mask of a global batch: False on the micro-batches
+    ``config["padding"]`` names."""
+    n = config["D"] * config["G"] * config["R"] * world
+    real = torch.ones(n, config["micro"], dtype=torch.bool)
+    real[config.get("padding", [])] = False
+    return real.reshape(-1)
 
 
 def global_batch(config: Dict[str, Any], call: int, world: int):
@@ -83,14 +103,21 @@ def _options(config: Dict[str, Any]) -> poptorch.Options:
 
 def _train(config: Dict[str, Any], rank: int, world: int) -> Dict[str, Any]:
     torch.manual_seed(100 + rank)  # rank 0's weights must win
-    model = MLP()
+    padded = "padding" in config
+    model = RowsMLP() if padded else MLP()
+    if padded:
+        register()
     ipu_model = poptorch.trainingModel(
         model, _options(config), make_optimizer(config, model.parameters()))
     outputs, losses = [], []
     for call in range(config["calls"]):
         x, y = (local_share(t, config, world, rank)
                 for t in global_batch(config, call, world))
-        out, loss = ipu_model(x, y)
+        if padded:
+            real = local_share(real_rows(config, world), config, world, rank)
+            out, loss = ipu_model(Rows(x, y, real))
+        else:
+            out, loss = ipu_model(x, y)
         # Plain tensors: PopTorch outputs carry a backward() that refuses.
         outputs.append(out.detach().clone())
         losses.append(loss.detach().clone())

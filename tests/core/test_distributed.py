@@ -19,8 +19,9 @@ import torch
 import poptorch
 from poptorch_core.distributed._launch import Launch
 from ._distributed import launch
-from ._distributed_worker import (FAILED_STATUS, MLP, global_batch,
-                                  local_share, make_optimizer)
+from ._distributed_worker import (FAILED_STATUS, MLP, RowsMLP, global_batch,
+                                  local_share, make_optimizer, real_rows)
+from ._padding import Rows, eager_call
 from .test_training_equivalence import _reference_calls
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
@@ -109,6 +110,44 @@ def test_four_processes_train_like_one_with_four_times_the_replicas(
     configs = [_config("Mean", G=2), _config("Sum", R=2, lr=0.01)]
     processes = launch("train", 4, configs, tmp_path, agent_store=False)
     _check_training(processes, configs, 4)
+
+
+def test_padding_only_micro_batches_count_for_nothing_across_processes(
+        tmp_path):
+    """Rank 1's replicas hold padding only in the first step (it has no
+    gradient of its own), every replica in the second (no step at all):
+    the update divides by the real micro-batches over both processes,
+    as eager PyTorch training on the real ones only."""
+    configs = [{**_config("Mean", D=2, optimizer="adam", lr=0.05),
+                "R": 2, "padding": [2, 3, 4, 5, 6, 7]},
+               {**_config("Mean", G=2, calls=2), "R": 2,
+                "padding": [1, 2, 3, 6]}]
+    world = 2
+    processes = launch("train", world, configs, tmp_path)
+    for proc in processes:
+        assert proc.returncode == 0, proc.output
+    for index, config in enumerate(configs):
+        torch.manual_seed(100)
+        model = RowsMLP()
+        optimizer = (torch.optim.Adam(model.parameters(), lr=config["lr"])
+                     if config["optimizer"] == "adam" else torch.optim.SGD(
+                         model.parameters(), lr=config["lr"], momentum=0.5))
+        outputs = []
+        for call in range(config["calls"]):
+            x, y = global_batch(config, call, world)
+            outputs.append(torch.cat(eager_call(
+                model, optimizer, Rows(x, y, real_rows(config, world)),
+                config["D"], config["G"], config["R"] * world)))
+        runs = [proc.result[index] for proc in processes]
+        for name, value in model.state_dict().items():
+            assert torch.equal(runs[1]["weights"][name],
+                               runs[0]["weights"][name]), name
+            torch.testing.assert_close(runs[0]["weights"][name], value,
+                                       **TOLERANCE, msg=f"{config} {name}")
+        for rank, run in enumerate(runs):
+            for out, ref in zip(run["outputs"], outputs):
+                torch.testing.assert_close(
+                    out, local_share(ref, config, world, rank), **TOLERANCE)
 
 
 def test_a_process_group_the_program_started_is_used_and_left_alone(
