@@ -29,6 +29,7 @@ from .dataloader import (DataLoader, FixedSizeDataLoader, FixedSizeStrategy,
 from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
 from .metrics import count_real, num_real_graphs, num_real_nodes
+from ._padding_masks import all_rows_real
 from .model_with_loss import ModelWithLoss, with_loss
 from .neighbor_loader import (FixedSizeNeighborLoader,
                               PyGFixedSizeNeighborLoader,
@@ -55,6 +56,7 @@ __all__ = [
     "OverSizeStrategy",
     "PyGArgsParser",
     # Also public in this reimplementation:
+    "all_rows_real",
     "BatchingEfficiency",
     "batching_efficiency",
     "ClusterData",

@@ -21,9 +21,12 @@ Example::
             [0, 1, 2]])
 """
 from .aggregation import Aggregation
+from .batch_norm import BatchNorm1d
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
 from .gps_conv import GPSConv
+from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
+                          MeanSubtractionNorm, PairNorm)
 from .hetero_linear import HeteroLinear
 from .instance_norm import InstanceNorm
 from .knn import knn, knn_graph
@@ -42,5 +45,6 @@ __all__ = [
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
     "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
-    "to_dense_batch",
+    "to_dense_batch", "BatchNorm1d", "LayerNorm", "GraphNorm", "PairNorm",
+    "MeanSubtractionNorm", "GraphSizeNorm",
 ]
