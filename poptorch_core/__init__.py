@@ -40,6 +40,8 @@ from ._native import ipuHardwareVersion as _ipuHardwareVersion
 # inside their code. Not a PopTorch name, hence the underscore.
 from .tracing._library_code import \
     register_known_fixes as _registerKnownFixes
+# For plugins: the user's own input tensors of the call being traced.
+from ._impl import _traced_call_inputs as _tracedCallInputs
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:

@@ -6,8 +6,9 @@ calls of a model, model construction and graph execution all see False.
 """
 import collections
 import contextlib
-from typing import Callable, Dict, Iterator, List, Type
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple, Type
 
+import torch
 from torch.utils.hooks import RemovableHandle
 
 from .errors import Error, createPoptorchError
@@ -17,6 +18,7 @@ __all__ = ["isRunningOnIpu", "createPoptorchError", "registerPreCompileHook",
 
 _running_on_ipu = False
 _tracing_training = False
+_call_inputs: Tuple[torch.Tensor, ...] = ()
 _pre_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 _post_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 
@@ -50,6 +52,32 @@ def _ipu_tracing(training: bool = False) -> Iterator[None]:
         yield
     finally:
         _running_on_ipu, _tracing_training = previous
+
+
+@contextlib.contextmanager
+def _tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
+    """Makes ``inputs`` what :func:`_traced_call_inputs` returns for the
+    duration."""
+    global _call_inputs
+    previous = _call_inputs
+    _call_inputs = tuple(inputs)
+    try:
+        yield
+    finally:
+        _call_inputs = previous
+
+
+def _traced_call_inputs() -> Tuple[torch.Tensor, ...]:
+    """The tensors the user passed to the call being traced, as given
+    (before micro-batching and IPU dtypes; the traced forward sees copies),
+    so that a plugin can tell where they came from. Empty outside a trace.
+
+    Example::
+
+        >>> _traced_call_inputs()
+        ()
+    """
+    return _call_inputs if _running_on_ipu else ()
 
 
 def _register_hook(hooks: Dict[int, Callable], hook: Callable,

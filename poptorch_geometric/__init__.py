@@ -30,6 +30,7 @@ from .efficiency import BatchingEfficiency, batching_efficiency
 from .fixed_size_options import FixedSizeOptions
 from .metrics import (count_real, num_real_graphs,
                       num_real_graphs_per_mini_batch, num_real_nodes)
+from ._padding_masks import all_rows_real
 from .model_with_loss import ModelWithLoss, with_loss
 from .neighbor_loader import (FixedSizeNeighborLoader,
                               PyGFixedSizeNeighborLoader,
@@ -56,6 +57,7 @@ __all__ = [
     "OverSizeStrategy",
     "PyGArgsParser",
     # Also public in this reimplementation:
+    "all_rows_real",
     "BatchingEfficiency",
     "batching_efficiency",
     "ClusterData",

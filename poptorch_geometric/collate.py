@@ -28,6 +28,7 @@ from torch_geometric.data.data import BaseData
 from poptorch_core._logging import logger
 
 from ._padding.budget import BatchRoom
+from ._padding_masks import is_padded_batch, register_padded
 from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
 from ._fastpath.collate import fast_collate
@@ -139,14 +140,14 @@ class FixedSizeCollater(Collater):
         self._recipe: Optional[StorageRecipe] = None
 
     def __call__(self, data_list: List[BaseData]) -> Batch:
-        return self._collate(data_list)
+        return register_padded(self._collate(data_list))
 
     def _tensors_and_counts(self, data_list: List[BaseData]) -> Batch:
         """:meth:`__call__` for callers that keep only the batch's tensors
         and counts (:class:`CombinedBatchingCollater`): the batch may lack
         the slice bookkeeping that ``get_example`` and ``to_data_list``
         read, which is a tenth of a fast collation's time."""
-        return self._collate(data_list, bookkeeping=False)
+        return register_padded(self._collate(data_list, bookkeeping=False))
 
     def _collate(self, data_list: List[BaseData],
                  bookkeeping: bool = True) -> Batch:
@@ -291,7 +292,7 @@ class FixedSizeCollater(Collater):
         keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
         if self.add_masks_to_batch:
             self._add_masks(batch, empty, 0, hetero)
-        return batch
+        return register_padded(batch)
 
     def _check_input(self, data_list: List[BaseData]) -> bool:
         """Validates the list; returns whether it holds ``HeteroData`` (and
@@ -549,4 +550,6 @@ class CombinedBatchingCollater:
         # its own concatenation: no copy.
         tensors = [column[0] if len(column) == 1 else
                    torch.cat(column, dim=0) for column in columns]
-        return self.parser.reconstruct(batches[0], iter(tensors))
+        combined = self.parser.reconstruct(batches[0], iter(tensors))
+        return register_padded(combined) if is_padded_batch(batches[0]) \
+            else combined

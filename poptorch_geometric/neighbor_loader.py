@@ -22,7 +22,7 @@ Example::
     ([0, 1, 2], True)
 """
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch.utils.data
 from torch import Tensor
@@ -34,6 +34,7 @@ from torch_geometric.sampler.base import SubgraphType
 
 import poptorch_core as poptorch
 
+from ._padding_masks import registered_batches
 from ._sampling.neighbor_sampler import TorchNeighborSampler
 from ._sampling.seed_trim import keep_nodes_near_seeds
 from .collate import CombinedBatchingCollater, FixedSizeCollater
@@ -202,6 +203,11 @@ class PyGFixedSizeNeighborLoader(torch.utils.data.DataLoader):
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.__collate__
+
+    def __iter__(self) -> Iterator[Any]:
+        # Batches that workers collate reach this process as copies: they
+        # are registered as a fixed-size batch's here (padding-aware norms).
+        return registered_batches(self, super().__iter__())
 
     def __collate__(self, index: Union[List[int], Tensor]
                     ) -> Union[Data, HeteroData]:

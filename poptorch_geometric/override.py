@@ -10,7 +10,9 @@ it around every capture. While it is active:
 - PyG's ``disable_dynamic_shapes`` experimental mode is on, so for example
   ``Aggregation.__call__`` requires ``dim_size``;
 - the layers of :attr:`_TorchGeometricOpsSubstitutionManager.subsitutions`
-  run their fixed-shape ``forward``;
+  run their fixed-shape ``forward``; norms (torch's BatchNorm, PyG's
+  InstanceNorm, LayerNorm, GraphNorm, ...) take their statistics over the
+  real rows of a fixed-size batch (:mod:`poptorch_geometric._padding_masks`);
 - every module binding one of the functions of
   :func:`function_substitutions` (``knn_graph``, ``radius_graph``,
   ``remove_self_loops``, ``add_remaining_self_loops``,
@@ -44,6 +46,7 @@ import functools
 import sys
 from typing import Any, Callable, Dict, List, Tuple
 
+import torch
 import torch_geometric
 import torch_geometric.backend
 import torch_geometric.experimental
@@ -51,7 +54,7 @@ import torch_geometric.nn
 import torch_geometric.typing
 import torch_geometric.utils
 
-from . import ops
+from . import _padding_masks, ops
 from .ops import torch_scatter as scatter_ops
 
 __all__ = ["_TorchGeometricOpsSubstitutionManager", "function_substitutions"]
@@ -97,6 +100,7 @@ def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
         nn.unpool: {"knn_interpolate": ops.knn_interpolate},
         nn.pool: {name: getattr(ops, name) for name in _NEIGHBOUR_OPS},
     }
+    table.update(_padding_norm_substitutions())
     # PyG 2.8 calls torch.ops.pyg.knn directly in these modules; older
     # versions bound module-level functions, replaced when present.
     for module, name in (("edge_conv", "knn"), ("gravnet_conv", "knn"),
@@ -105,6 +109,18 @@ def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
         if target is not None and hasattr(target, name):
             table[target] = {name: getattr(ops, name)}
     return table
+
+
+def _padding_norm_substitutions() -> Dict[Any, Dict[str, Callable]]:
+    """Norms whose statistics leave the padding of a fixed-size batch out
+    (``ops.batch_norm``, ``ops.graph_norms``; InstanceNorm is above)."""
+    nn = torch_geometric.nn
+    return {
+        torch.nn.modules.batchnorm._BatchNorm: {
+            "forward": ops.BatchNorm1d.forward},
+        **{getattr(nn, name): {"forward": getattr(ops, name).forward}
+           for name in ("LayerNorm", "GraphNorm", "PairNorm",
+                        "MeanSubtractionNorm", "GraphSizeNorm")}}
 
 
 def function_substitutions() -> List[Tuple[Callable, Callable]]:
@@ -165,6 +181,7 @@ class _TorchGeometricOpsSubstitutionManager:
 
     def replace(self) -> None:
         """Installs the substitutions."""
+        _padding_masks.begin_trace()
         # Taken first: the class table below replaces some of the originals.
         pairs = function_substitutions()
         flags = torch_geometric.experimental.__experimental_flag__
@@ -199,6 +216,7 @@ class _TorchGeometricOpsSubstitutionManager:
 
     def restore(self) -> None:
         """Puts back everything :meth:`replace` changed."""
+        _padding_masks.end_trace()
         for target, attributes in self.overrides.items():
             for name, original in attributes.items():
                 setattr(target, name, original)

@@ -15,7 +15,7 @@ Example::
 """
 import os
 import os.path as osp
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import torch.serialization
 import torch.utils.data
@@ -25,6 +25,7 @@ from torch_geometric.data import Batch, Data
 
 from poptorch_core._files import atomic_write
 
+from ._padding_masks import registered_batches
 from ._sampling.metis import graph_fingerprint, metis_partition
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
@@ -143,6 +144,11 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
             self.cluster_data, batch_size=self.batch_size)._collate
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self._collate
+
+    def __iter__(self) -> Iterator[Any]:
+        # Batches that workers collate reach this process as copies: they
+        # are registered as a fixed-size batch's here (padding-aware norms).
+        return registered_batches(self, super().__iter__())
 
     def _collate(self, cluster_ids: List[int]) -> Batch:
         return self.fixed_size_collater([self.cluster_collater(cluster_ids)])

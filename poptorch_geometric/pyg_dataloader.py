@@ -11,13 +11,14 @@ Example::
     (4, True)
 """
 import enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch.utils.data
 from torch.utils.data import RandomSampler, SequentialSampler
 from torch_geometric.data import HeteroData
 
 from ._fastpath.graph_cache import cached_graphs
+from ._padding_masks import registered_batches
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
@@ -225,6 +226,11 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.fixed_size_collater
+
+    def __iter__(self) -> Iterator[Any]:
+        # Batches that workers collate reach this process as copies: they
+        # are registered as a fixed-size batch's here (padding-aware norms).
+        return registered_batches(self, super().__iter__())
 
     def _create_packing_sampler(self, dataset: Any, opts: FixedSizeOptions,
                                 shuffle: bool, generator: Any,

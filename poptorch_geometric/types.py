@@ -26,6 +26,7 @@ from torch_geometric.data.data import BaseData
 
 import poptorch_core as poptorch
 
+from ._padding_masks import record_batch
 from .common import DataBatch, HeteroDataBatch, call_once
 
 __all__ = ["PyGArgsParser", "registerCustomArgParsers"]
@@ -110,6 +111,13 @@ class PyGArgsParser(poptorch.ICustomArgParser):
         Raises:
             ValueError: ``original_structure`` is of another type.
         """
+        rebuilt = self._rebuild(original_structure, tensor_iterator)
+        # Inside a trace the norms learn the batch's masks from it.
+        record_batch(rebuilt)
+        return rebuilt
+
+    def _rebuild(self, original_structure: Any,
+                 tensor_iterator: Iterator[torch.Tensor]) -> BaseData:
         if isinstance(original_structure, Data):
             kwargs = {key: next(tensor_iterator)
                       for key in self._sortedTensorKeys(original_structure)}

@@ -107,7 +107,8 @@ def _capture(state: ExecutorState, bound: BoundArgs, layout: BatchLayout,
             state.model, trace_args, trace_kwargs, training=state.training,
             device=device, params=device_state.replica_params(0),
             buffers=device_state.buffers(),
-            excludes=opts.source_location_excludes, on_op=stamp)
+            excludes=opts.source_location_excludes, on_op=stamp,
+            call_inputs=flattenTensors(bound.as_structure()))
     strategy = opts.execution_strategy
     placement = _pipeline.resolve(strategy, tracker.seen_blocks(),
                                   stamp.blocks)

@@ -4,6 +4,7 @@ from typing import Any, Optional
 import torch
 
 from .. import _dtypes
+from .._args_parser import flattenTensors
 from ..errors import createPoptorchError
 from ..tracing.capture import capture_module, ipu_arguments, module_state
 from ._ir import Ir
@@ -48,7 +49,8 @@ def traceModel(model: torch.nn.Module, *args: Any, training: bool = False,
             p.requires_grad) for p, n in zip(params, param_names)],
         buffers=[_dtypes.to_ipu(b, n[0], device)
                  for b, n in zip(buffers, buffer_names)],
-        excludes=excludes)
+        excludes=excludes,
+        call_inputs=flattenTensors((list(args), dict(kwargs))))
     ir = Ir()
     ir._adopt_main_graph(captured.graph_module)
     return ir

@@ -154,13 +154,16 @@ def _check_state_unchanged(states: Sequence[_StateSlots],
 @contextlib.contextmanager
 def _tracing_context(training: bool, device: torch.device,
                      excludes: Sequence[str],
-                     on_op: Optional[Callable[[], None]]) -> Iterator[None]:
+                     on_op: Optional[Callable[[], None]],
+                     call_inputs: Sequence[torch.Tensor] = ()
+                     ) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         # Tracing runs random ops for real: keep the host's random stream as
         # it was, as compiling on an IPU would.
         stack.enter_context(torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []))
         stack.enter_context(_impl._ipu_tracing(training))
+        stack.enter_context(_impl._tracing_call_inputs(call_inputs))
         # Name scopes and attributes (poptorch.NameScope, Attribute,
         # MultiConv) are recorded in node.meta["custom"].
         stack.enter_context(torch.fx.traceback.preserve_node_meta())
@@ -209,7 +212,8 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                    params: Optional[Sequence[torch.Tensor]] = None,
                    buffers: Optional[Sequence[torch.Tensor]] = None,
                    excludes: Sequence[str] = (),
-                   on_op: Optional[Callable[[], None]] = None
+                   on_op: Optional[Callable[[], None]] = None,
+                   call_inputs: Sequence[torch.Tensor] = ()
                    ) -> CapturedModel:
     """Traces ``module(*args, **kwargs)`` once into a :class:`CapturedModel`.
 
@@ -223,6 +227,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
             module's unique parameters/buffers (defaults: the module's own).
         excludes: path fragments never reported as the user's source line.
         on_op: called before each torch call the model makes while traced.
+        call_inputs: the user's own tensors, for plugins (``args`` are copies).
     """
     param_state = _collect_state(module, "parameter")
     buffer_state = _collect_state(module, "buffer")
@@ -250,7 +255,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         result["flat"] = flattenTensors(out)
         return list(result["flat"])
 
-    with _tracing_context(training, device, excludes, on_op):
+    with _tracing_context(training, device, excludes, on_op, call_inputs):
         gm = make_fx(forward, decomposition_table=TRACE_DECOMPOSITIONS,
                      pre_dispatch=True, record_stack_traces=True)(
                          *trace_params, *trace_buffers, *trace_inputs)

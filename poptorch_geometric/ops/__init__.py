@@ -24,9 +24,12 @@ Example::
 """
 from . import empty_slots, point_pair
 from .aggregation import Aggregation
+from .batch_norm import BatchNorm1d
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
 from .gps_conv import GPSConv
+from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
+                          MeanSubtractionNorm, PairNorm)
 from .hetero_linear import HeteroLinear
 from .instance_norm import InstanceNorm
 from .knn import knn, knn_graph
@@ -45,5 +48,7 @@ __all__ = [
     "nearest", "InstanceNorm", "HeteroLinear", "MFConv", "ClusterGCNConv",
     "Aggregation", "QuantileAggregation", "ChebConv", "RGCNConv", "FiLMConv",
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
-    "to_dense_batch", "empty_slots", "point_pair",
+    "to_dense_batch", "empty_slots", "point_pair", "BatchNorm1d",
+    "LayerNorm", "GraphNorm", "PairNorm", "MeanSubtractionNorm",
+    "GraphSizeNorm",
 ]

@@ -2,11 +2,6 @@
 examples/mutag_gin.py), on the NCI molecules that ship with RDKit: is a
 molecule's polar surface area above the median?
 
-Unlike mutag_gin.py, the GIN MLPs have no batch norm: over a fixed-size
-batch it would also normalise over the padding nodes, so the two versions
-would not compute the same thing (the migration guide in the README says
-more).
-
 The unconverted script: examples/pyg/gin.py is the same script converted to
 the simulated IPU.
 """
@@ -39,8 +34,7 @@ class Net(torch.nn.Module):
 
         self.convs = torch.nn.ModuleList()
         for _ in range(num_layers):
-            # No batch norm: see the migration guide (padding nodes).
-            mlp = MLP([in_channels, hidden_channels, hidden_channels], norm=None)
+            mlp = MLP([in_channels, hidden_channels, hidden_channels])
             self.convs.append(GINConv(nn=mlp, train_eps=False))
             in_channels = hidden_channels
 
