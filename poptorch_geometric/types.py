@@ -16,7 +16,7 @@ Example::
     torch.Size([3, 2])
 """
 import functools
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from torch_geometric.data import Batch, Data, HeteroData
@@ -71,6 +71,28 @@ class PyGArgsParser(poptorch.ICustomArgParser):
             for value in store.values():
                 if isinstance(value, torch.Tensor):
                     yield value
+
+    def tensorNames(self, struct: Any) -> Optional[List[str]]:
+        """The attribute name of each tensor :meth:`yieldTensors` yields
+        (``"x"``; ``"paper.x"`` or ``"('paper', 'cites', 'paper').
+        edge_index"`` in a ``HeteroData``), so that a model called with a
+        batch of other attributes than at compilation names them.
+
+        Example::
+
+            >>> from torch_geometric.data import Data
+            >>> PyGArgsParser().tensorNames(Data(x=torch.ones(2, 1),
+            ...                                  y=torch.ones(1), name="g"))
+            ['x', 'y']
+        """
+        if isinstance(struct, Data):
+            return self._sortedTensorKeys(struct)
+        if isinstance(struct, HeteroData):
+            return [key if store._key is None else f"{store._key}.{key}"
+                    for store in _hetero_stores(struct)
+                    for key, value in store.items()
+                    if isinstance(value, torch.Tensor)]
+        return None
 
     def reconstruct(self, original_structure: Any,
                     tensor_iterator: Iterator[torch.Tensor]) -> Any:
