@@ -97,7 +97,7 @@ def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
     """``src.index_select(dim, index)`` reading row 0 for empty slots."""
     try:
         return src.index_select(dim, index.clamp(min=0))
-    except (IndexError, RuntimeError) as error:
+    except IndexError:  # torch's "index out of range in self"
         # PyG's own message reads the index values, which a traced model
         # cannot; torch's names neither the edges nor the fix.
         raise refusal(IndexError(
@@ -106,7 +106,7 @@ def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
             f"(valid: 0 to {src.size(dim) - 1}, or -1 for an empty slot). "
             "Please ensure that all indices in 'edge_index' point to nodes "
             "of the node feature matrix passed with it (edge_index and x "
-            "of the same batch) and try again.")) from error
+            "of the same batch) and try again.")) from None
 
 
 def message_passing_index_select(self, src: Tensor, index: Tensor
