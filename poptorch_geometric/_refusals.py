@@ -68,6 +68,12 @@ def _cut_short(error: BaseException) -> bool:
     return True
 
 
+def _bare(error: BaseException) -> BaseException:
+    """``error`` without its traceback: raised again, it starts at the
+    frame that raises it."""
+    return error.with_traceback(None)
+
+
 def public(fn: F) -> F:
     """Wraps a public function or method so that refusals raised anywhere
     below it are raised again from here."""
@@ -79,8 +85,8 @@ def public(fn: F) -> F:
         except Exception as error:
             if not _cut_short(error):
                 raise
-            # POPTORCH_LOG_LEVEL=DEBUG shows where the problem was found.
-            raise error.with_traceback(None)
+            # The traceback shows this line: it says how to see the rest.
+            raise _bare(error)  # POPTORCH_LOG_LEVEL=DEBUG: whole traceback
 
     return public_call  # type: ignore[return-value]
 
@@ -97,6 +103,6 @@ def refusing_iterator(items: Iterable[Any]) -> Iterator[Any]:
         except Exception as error:
             if not _cut_short(error):
                 raise
-            # POPTORCH_LOG_LEVEL=DEBUG shows where the problem was found.
-            raise error.with_traceback(None)
+            # The traceback shows this line: it says how to see the rest.
+            raise _bare(error)  # POPTORCH_LOG_LEVEL=DEBUG: whole traceback
         yield item
