@@ -267,10 +267,33 @@ def device_estimate(ipu_model: Any, samples_per_micro_batch: float,
 
 def positive_int(text: str) -> int:
     """An argparse ``type`` for counts that must be at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return int_at_least(1)(text)
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for ints of at least ``minimum``: a smaller
+    value (or a word) is an error naming the flag and the valid range.
+
+    Example::
+
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--limit", type=int_at_least(128))
+        >>> parser.parse_args(["--limit", "200"]).limit
+        200
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer of at least {minimum}, got "
+                f"{text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = f"int >= {minimum}"
+    return parse
 
 
 def write_json(path: Optional[str], summary: Dict[str, Any]) -> None:

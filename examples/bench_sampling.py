@@ -46,7 +46,7 @@ import poptorch_geometric as pyg_ipu
 from poptorch_geometric.datasets import default_root, power_law_graph
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _example_common import write_json  # noqa: E402
+from _example_common import positive_int, write_json  # noqa: E402
 
 #: Keys of the record's ``sampling`` section.
 RECORD_KEYS = ("config", "graph", "neighbor", "cluster", "ratios")
@@ -55,20 +55,22 @@ RECORD_KEYS = ("config", "graph", "neighbor", "cluster", "ratios")
 def add_arguments(parser: Any) -> None:
     """The flags of this benchmark (also used by ``benchmark.py``)."""
     group = parser.add_argument_group("sampling loaders")
-    group.add_argument("--sampling-nodes", type=int, default=None,
+    group.add_argument("--sampling-nodes", type=positive_int, default=None,
                        help="nodes of the power-law graph (default 1M, "
                             "100k with --quick)")
-    group.add_argument("--sampling-edges-per-node", type=int, default=10)
-    group.add_argument("--sampling-batches", type=int, default=None,
+    group.add_argument("--sampling-edges-per-node", type=positive_int,
+                       default=10)
+    group.add_argument("--sampling-batches", type=positive_int, default=None,
                        help="measured batches per loader (default 100, 30 "
                             "with --quick)")
-    group.add_argument("--sampling-batch-size", type=int, default=1024,
+    group.add_argument("--sampling-batch-size", type=positive_int,
+                       default=1024,
                        help="seed nodes per neighbour batch")
-    group.add_argument("--sampling-workers", type=int, default=2,
+    group.add_argument("--sampling-workers", type=positive_int, default=2,
                        help="loader workers of the multi-process runs")
-    group.add_argument("--cluster-nodes", type=int, default=1000,
+    group.add_argument("--cluster-nodes", type=positive_int, default=1000,
                        help="average nodes per METIS cluster")
-    group.add_argument("--clusters-per-batch", type=int, default=10)
+    group.add_argument("--clusters-per-batch", type=positive_int, default=10)
     group.add_argument("--no-sampling", action="store_true",
                        help="skip the sampling loader benchmark")
 

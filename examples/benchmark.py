@@ -73,7 +73,8 @@ from _example_common import atomic_write, write_json  # noqa: E402
 from bench_first_step import first_step_seconds  # noqa: E402
 from bench_collation import (collation_throughput,  # noqa: E402
                              long_tailed_graphs, slot_efficiency)
-from _example_common import device_estimate, positive_int  # noqa: E402
+from _example_common import (device_estimate, int_at_least,  # noqa: E402
+                             positive_int)
 from molecule_model import MoleculeGNN  # noqa: E402
 
 GRAPHS_PER_BATCH = 128
@@ -442,30 +443,33 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a smaller run that finishes in under a minute")
-    parser.add_argument("--epochs", type=int, default=9,
+    parser.add_argument("--epochs", type=positive_int, default=9,
                         help="measured training epochs per setup (rounds "
                              "of paired ratios: on a busy 2-core machine "
                              "single rounds ranged 1.36-1.82x for one "
                              "setup, so a median needs several)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="use only the first N molecules")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--device-iterations", type=int, default=1)
+    parser.add_argument("--limit", type=int_at_least(GRAPHS_PER_BATCH),
+                        default=None,
+                        help="use only the first N molecules (at least "
+                             f"{GRAPHS_PER_BATCH}, one batch)")
+    parser.add_argument("--hidden", type=positive_int, default=64)
+    parser.add_argument("--device-iterations", type=positive_int, default=1)
     parser.add_argument("--backends", nargs="+", default=None,
                         choices=("interpret", "compile"))
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=positive_int, default=5,
                         help="collation passes (median)")
-    parser.add_argument("--overhead-rounds", type=int, default=60)
+    parser.add_argument("--overhead-rounds", type=positive_int, default=60)
     parser.add_argument("--first-step-samples", type=positive_int, default=3,
                         help="cold, new-model and warm first-step runs "
                              "per backend "
                              "(fresh processes; the record keeps their "
                              "medians and every sample)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch intra-op threads for the training "
                              "measurements (default: torch's choice)")
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--long-tailed-graphs", type=int, default=4000,
+    parser.add_argument("--long-tailed-graphs", type=positive_int,
+                        default=4000,
                         help="graphs of the synthetic long-tailed packing "
                              "rows")
     parser.add_argument("--out", default="bench_out/benchmark.json")

@@ -129,6 +129,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for name, default in (_QUICK if args.quick else _DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.limit is not None:
+        _check_split(parser, args.limit, args.val_fraction)
     if args.backend is None:
         args.backend = poptorch.Options().Simulator.execution_backend
     return args
@@ -252,6 +254,32 @@ def _slot_efficiency(loader) -> Dict[str, float]:
                          counts[1::2])}
 
 
+def _num_val(num_molecules: int, val_fraction: float) -> int:
+    """Molecules held out for validation: at least one."""
+    return max(1, int(num_molecules * val_fraction))
+
+
+#: Molecules the training split needs: the labels are standardised by
+#: their spread, which one molecule does not have.
+_MIN_TRAIN = 2
+
+
+def _check_split(parser: argparse.ArgumentParser, limit: int,
+                 val_fraction: float) -> None:
+    """Exits with an argparse error unless ``--limit`` leaves one molecule
+    to validate on and two to train on."""
+    if limit - _num_val(limit, val_fraction) >= _MIN_TRAIN:
+        return
+    least = next(n for n in range(limit + 1, limit + 10**6)
+                 if n - _num_val(n, val_fraction) >= _MIN_TRAIN)
+    parser.error(
+        f"argument --limit: must be at least {least} with --val-fraction "
+        f"{val_fraction}, got {limit}: the split holds out "
+        f"{_num_val(limit, val_fraction)} molecule(s) for validation and "
+        f"needs {_MIN_TRAIN} to train on (the labels are standardised by "
+        "their spread)")
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Trains and evaluates; returns the summary."""
     torch.manual_seed(args.seed)
@@ -259,7 +287,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if args.limit:
         dataset = dataset[:args.limit]
     perm = torch.randperm(len(dataset))
-    num_val = max(1, int(len(dataset) * args.val_fraction))
+    num_val = _num_val(len(dataset), args.val_fraction)
     val_set, train_set = dataset[perm[:num_val]], dataset[perm[num_val:]]
     train_y = torch.cat([d.y.view(-1) for d in train_set])
     # As many steps per epoch as PyG's DataLoader(batch_size) would take,

@@ -24,9 +24,11 @@ Example::
 """
 import abc
 import copy
+import functools
 import importlib.metadata
+import sys
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
-                    Type)
+                    Tuple, Type)
 
 import torch
 
@@ -60,6 +62,15 @@ class ICustomArgParser(abc.ABC):
         padding only (for example a mini-batch that completes a loader's
         last step), so it adds no gradient and does not count in the
         ``Mean`` reduction. An extension of PopTorch's interface."""
+        return None
+
+    def tensorNames(self, struct: Any) -> Optional[List[str]]:
+        """The name of each tensor of ``struct``, in ``yieldTensors``
+        order, or None (the default) when the type has none. A model
+        called with an input whose names differ from the compiled one's is
+        then told which are missing and which are new, rather than that
+        the counts differ."""
+        del struct
         return None
 
 
@@ -107,6 +118,23 @@ def _load_plugin(package: str) -> bool:
                 continue
             _loaded_plugins[package] = True
     return _loaded_plugins[package]
+
+
+def loadImportedPlugins() -> None:
+    """Runs the registration entry point of every package that has one and
+    is imported. A model is traced after this: PopTorch imports PopTorch
+    Geometric at ``import poptorch`` when it is installed, so a PyG model is
+    always traced with its fixed-shape substitutions, even when the script
+    passes only tensors and never imports ``poptorch_geometric``."""
+    for package in _plugin_packages():
+        if package in sys.modules:
+            _load_plugin(package)
+
+
+@functools.lru_cache(maxsize=None)
+def _plugin_packages() -> Tuple[str, ...]:
+    return tuple(entry.name for entry in importlib.metadata.entry_points(
+        group=ENTRY_POINT_GROUP))
 
 
 def getCustomParser(value: Any) -> Optional[ICustomArgParser]:

@@ -36,8 +36,10 @@ from ._fastpath.recipe import StorageRecipe, prefix_mask
 from ._padding.plan import (Level, keep_padding_indices_in_range,
                             make_padding_graphs)
 from ._padding.trim import TrimCounts, prune
-from ._padding.validate import (check_edge_index, check_hetero_edge_index,
+from ._padding.validate import (check_edge_index, check_graphs_join,
+                                check_hetero_edge_index,
                                 check_same_attributes)
+from ._refusals import public, refusal
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -139,6 +141,7 @@ class FixedSizeCollater(Collater):
         # ones from their rows (``_fastpath.recipe``).
         self._recipe: Optional[StorageRecipe] = None
 
+    @public
     def __call__(self, data_list: List[BaseData]) -> Batch:
         return register_padded(self._collate(data_list))
 
@@ -164,18 +167,19 @@ class FixedSizeCollater(Collater):
         num_graphs = len(data_list)
         num_pad_graphs = self.opts.num_graphs - num_graphs
         if num_pad_graphs < 0:
-            raise RuntimeError(
+            raise refusal(RuntimeError(
                 f"The fixed size of {self.opts.num_graphs} graph(s) cannot "
                 f"hold the {num_graphs} graph(s) received: a batch holds at "
                 "most num_graphs - 1 real graphs plus one padding graph. "
                 "Increase num_graphs in FixedSizeOptions or pass fewer "
-                "graphs.")
+                "graphs."))
         trimmed_list, columns, room = self._trim_to_fit(
             data_list, columns, room, num_pad_graphs, hetero)
-        room.check_fits(num_graphs, self.opts.num_graphs)
+        room.check_fits(num_graphs, self.opts.num_graphs,
+                        (self.trim_nodes, self.trim_edges))
 
         plan = room.plan(self._specs(trimmed_list, columns, room, hetero),
-                         num_pad_graphs, hetero)
+                         num_pad_graphs, hetero, self.trim_nodes)
         batch = None
         if self.fast_path and not hetero:
             batch = fast_collate(trimmed_list, columns, plan,
@@ -186,10 +190,8 @@ class FixedSizeCollater(Collater):
         if batch is None:
             if not hetero and not isinstance(columns, StorageColumns):
                 check_edge_index(trimmed_list, room.nodes[None].counts)
-            batch = Batch.from_data_list(
-                trimmed_list + make_padding_graphs(plan),
-                follow_batch=self.follow_batch,
-                exclude_keys=self.exclude_keys)
+            batch = _from_data_list(trimmed_list, make_padding_graphs(plan),
+                                    self.follow_batch, self.exclude_keys)
         keep_padding_indices_in_range(batch, plan, self.opts.num_nodes)
         if self.add_masks_to_batch:
             self._add_masks(batch, room, num_graphs, hetero)
@@ -252,6 +254,7 @@ class FixedSizeCollater(Collater):
         return None if recipe is None else \
             recipe.collate(data_list, bookkeeping)
 
+    @public
     def padding_batch(self, template: BaseData) -> Batch:
         """A batch of padding graphs only, with the shapes, keys and dtypes
         of the batches of real graphs that look like ``template`` (one real
@@ -298,19 +301,21 @@ class FixedSizeCollater(Collater):
         """Validates the list; returns whether it holds ``HeteroData`` (and
         then gives the options a size per type)."""
         if not isinstance(data_list, list):
-            raise TypeError(f"Expected list, got {type(data_list).__name__}.")
+            raise refusal(TypeError(
+                f"Expected list, got {type(data_list).__name__}."))
         if not data_list:
-            raise ValueError("FixedSizeCollater got an empty list: a batch "
-                             "needs at least one real graph.")
+            raise refusal(ValueError(
+                "FixedSizeCollater got an empty list: a batch "
+                "needs at least one real graph."))
         first = data_list[0]
         hetero = isinstance(first, HeteroData)
         if hetero and not self.opts.is_hetero():
             self.opts.to_hetero(first.node_types, first.edge_types)
         types = set(map(type, data_list))
         if len(types) != 1:
-            raise AssertionError(
+            raise refusal(AssertionError(
                 "All graphs of a batch must have the same type, got "
-                f"{sorted(t.__name__ for t in types)}.")
+                f"{sorted(t.__name__ for t in types)}."))
         return hetero
 
     def _check_graphs(self, data_list: List[BaseData],
@@ -370,11 +375,11 @@ class FixedSizeCollater(Collater):
                 else self.LabelsType.GRAPH_LVL
             return
         if not (per_node and self.labels_type is not None):
-            raise AssertionError(
+            raise refusal(AssertionError(
                 "Incorrect input data: the labels y must be graph-level "
                 "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
                 "num_nodes for every graph); got rows "
-                f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
+                f"{rows[:8]} for graphs of {node_counts[:8]} nodes."))
 
     def _trim(self, data_list: List[BaseData], room: BatchRoom, kind: str,
               num_pad_graphs: int) -> List[BaseData]:
@@ -398,6 +403,8 @@ class FixedSizeCollater(Collater):
                    sum(r.real for r in getattr(after, k).values())
                    for k in ("nodes", "edges")}
         self.trimmed.add(0, **removed)
+        if not any(removed.values()):
+            return after  # trimming could not free a padding node
         # Warn once per collater: loaders that trim by default would flood
         # the log; the running totals stay in ``self.trimmed``.
         log = logger.debug if self._warned_trim else logger.warning
@@ -448,6 +455,21 @@ class FixedSizeCollater(Collater):
             batch[t].edges_mask = prefix_mask(r.limit, r.real)
 
 
+def _from_data_list(graphs: List[BaseData], padding: List[BaseData],
+                    follow_batch: Optional[List[str]],
+                    exclude_keys: Optional[List[str]]) -> Batch:
+    """``Batch.from_data_list`` of the real graphs and their padding, with
+    PyG's failure to join the graphs' tensors said in terms of graphs."""
+    try:
+        return Batch.from_data_list(graphs + padding,
+                                    follow_batch=follow_batch,
+                                    exclude_keys=exclude_keys)
+    except RuntimeError:
+        # torch.cat names neither the attribute nor the graphs.
+        check_graphs_join(graphs, exclude_keys or ())
+        raise
+
+
 def _physical_memory() -> Optional[int]:
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -464,14 +486,14 @@ def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
     edges = opts.total_num_edges
     if memory is None or 16 * edges <= memory:
         return
-    raise ValueError(
+    raise refusal(ValueError(
         f"The edge budget of {edges} edge slots per batch needs "
         f"{16 * edges / 2**30:,.0f} GiB for edge_index alone, more than this "
         f"machine's {memory / 2**30:,.0f} GiB (without num_edges, "
         "FixedSizeOptions assumes fully connected graphs: num_nodes x "
         "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
         "data with FixedSizeOptions.from_dataset, for_packing or "
-        "for_batch_size.")
+        "for_batch_size."))
 
 
 class CombinedBatchingCollater:
@@ -512,13 +534,14 @@ class CombinedBatchingCollater:
         self.num_mini_batches = num_mini_batches
         self.parser = PyGArgsParser()
 
+    @public
     def __call__(self, batch_list: List[Any]) -> Batch:
         size = self.mini_batch_size or len(batch_list)
         if self.num_mini_batches is None:
             if len(batch_list) % size != 0:
-                raise AssertionError(
+                raise refusal(AssertionError(
                     f"Invalid batch size: {len(batch_list)} samples do not split "
-                    f"into mini-batches of {size}.")
+                    f"into mini-batches of {size}."))
         # Only the mini-batches' tensors and counts are kept (see
         # ``concat``): a collater that can skip the rest does.
         collate = getattr(self.collater, "_tensors_and_counts",
@@ -536,10 +559,10 @@ class CombinedBatchingCollater:
         :class:`FixedSizeCollater`)."""
         make = getattr(self.collater, "padding_batch", None)
         if make is None:
-            raise ValueError(
+            raise refusal(ValueError(
                 f"{type(self.collater).__name__} cannot make padding-only "
                 "mini-batches: only a FixedSizeCollater pads an incomplete "
-                "combined batch.")
+                "combined batch."))
         return [make(template)] * count
 
     def concat(self, batches: List[Batch]) -> Batch:

@@ -29,6 +29,7 @@ from poptorch_core._logging import logger
 from . import pyg_dataloader
 from ._last_batch import LastBatch, mini_batches_per_step
 from ._partition import PartitionedBatchSampler
+from ._refusals import public
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
 
@@ -181,6 +182,7 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
             num_mini_batches=num_mini_batches,
             collater=super()._create_collater(**collater_args))
 
+    @public
     def __len__(self) -> int:
         length = super().__len__()
         if length == 0 and self._combines_packs and \

@@ -18,6 +18,7 @@ from torch_geometric.typing import EdgeType, NodeType
 
 from ._best_fit import DEFAULT_LOOKAHEAD
 from ._packing import batch_size_budget, packing_budget
+from ._refusals import public, refusal
 from ._padding.sizes import edge_count, node_count
 from ._padding.values import check_pad_graph_defaults, check_pad_value
 
@@ -32,24 +33,42 @@ def validate_num_graphs(num_graphs: int) -> None:
     one padding graph."""
     if isinstance(num_graphs, bool) or \
             not isinstance(num_graphs, numbers.Integral):
-        raise TypeError(f"num_graphs must be an int, got {num_graphs!r} "
-                        f"({type(num_graphs).__name__}).")
+        raise refusal(TypeError(
+            f"num_graphs must be an int, got {num_graphs!r} "
+            f"({type(num_graphs).__name__})."))
     if num_graphs < 2:
-        raise ValueError(
+        raise refusal(ValueError(
             f"num_graphs ({num_graphs}) must be at least 2: a fixed-size "
-            "batch needs at least one real graph and one padding graph.")
+            "batch needs at least one real graph and one padding graph."))
 
 
-def _check_count(name: str, value: Any, allow_empty: bool = False) -> None:
-    if allow_empty and not value:
+def _check_count(name: str, value: Any, optional: bool = False) -> None:
+    """Raises unless ``value`` is a positive int or a non-empty dict of
+    them. ``optional`` sizes may be None, or ``{}`` (no edge type), which
+    PopTorch reads as "not given"; 0 is refused, where PopTorch silently
+    takes the default for it too."""
+    if optional and (value is None or (isinstance(value, dict)
+                                       and not value)):
         return
+    if isinstance(value, dict) and not value:
+        raise refusal(ValueError(
+            f"{name} is an empty dict: give a size for every "
+            f"{name[4:-1]} type of the data."))
     values = value.values() if isinstance(value, dict) else [value]
     for v in values:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
                 or v < 1:
-            raise ValueError(
+            why = ""
+            if isinstance(v, numbers.Real) and v < 1:
+                why = (f": every batch needs at least one {name[4:-1]} "
+                       "slot, for its padding graph")
+            default = (f" Leave {name} out (None) for the fully connected "
+                       "default, num_nodes x (num_nodes - 1), or derive the "
+                       "sizes from the data (FixedSizeOptions.from_dataset, "
+                       "for_packing or for_batch_size).") if optional else ""
+            raise refusal(ValueError(
                 f"{name} must be a positive int or a dict of positive ints "
-                f"per type, got {value!r}.")
+                f"per type, got {value!r}{why}.{default}"))
 
 
 class FixedSizeOptions:
@@ -58,8 +77,9 @@ class FixedSizeOptions:
     Args:
         num_nodes: node slots per batch, an int or a dict per node type.
         num_edges: edge slots per batch, an int or a dict per edge type;
-            if falsy, the fully connected count ``T * (T - 1)`` with ``T``
-            the (total) number of nodes.
+            if None (or ``{}``), the fully connected count ``T * (T - 1)``
+            with ``T`` the (total) number of nodes. Unlike PopTorch, 0 is
+            refused rather than read as None.
         num_graphs: graph slots per batch, including at least one padding
             graph (so at least 2).
         node_pad_value: value of padding node features (default 0.0).
@@ -82,6 +102,7 @@ class FixedSizeOptions:
         TypeError: a pad value is neither a number nor a ``Padding``.
     """
 
+    @public
     def __init__(self,
                  num_nodes: Count,
                  num_edges: Optional[Count] = None,
@@ -91,7 +112,7 @@ class FixedSizeOptions:
                  graph_pad_value: Optional[float] = None,
                  pad_graph_defaults: Optional[Dict[str, Any]] = None) -> None:
         _check_count("num_nodes", num_nodes)
-        _check_count("num_edges", num_edges, allow_empty=True)
+        _check_count("num_edges", num_edges, optional=True)
         validate_num_graphs(num_graphs)
         self.num_nodes = num_nodes
         if num_edges:
@@ -207,6 +228,7 @@ class FixedSizeOptions:
                 f"pad_graph_defaults={self.pad_graph_defaults})")
 
     @classmethod
+    @public
     def from_dataset(cls,
                      dataset: Any,
                      batch_size: int,
@@ -231,8 +253,9 @@ class FixedSizeOptions:
         """
         del sample_limit  # see the docstring
         if len(dataset) == 0:
-            raise ValueError("The dataset is empty: fixed sizes come from "
-                             "its graphs, so it needs at least one.")
+            raise refusal(ValueError(
+                "The dataset is empty: fixed sizes come from "
+                "its graphs, so it needs at least one."))
         validate_num_graphs(batch_size)
         summary = Summary.from_dataset(dataset, progress_bar=progress_bar)
 
@@ -251,6 +274,7 @@ class FixedSizeOptions:
                    num_graphs=batch_size)
 
     @classmethod
+    @public
     def from_loader(cls, loader: Iterable,
                     sample_limit: int = 1000) -> "FixedSizeOptions":
         """Sizes that fit the largest of the first ``sample_limit`` batches
@@ -271,8 +295,9 @@ class FixedSizeOptions:
             6
         """
         if sample_limit < 1:
-            raise ValueError(f"sample_limit ({sample_limit}) must be at "
-                             "least 1.")
+            raise refusal(ValueError(
+                f"sample_limit ({sample_limit}) must be at "
+                "least 1."))
         loader = getattr(loader, "unpadded_loader", loader)
         maxima = _LoaderMaxima()
         seen = 0
@@ -284,11 +309,13 @@ class FixedSizeOptions:
                 if seen == sample_limit:
                     break
             if seen == epoch_start:
-                raise ValueError("The loader yielded no batch: cannot derive "
-                                 "fixed sizes from an empty loader.")
+                raise refusal(ValueError(
+                    "The loader yielded no batch: cannot derive "
+                    "fixed sizes from an empty loader."))
         return maxima.to_options(cls)
 
     @classmethod
+    @public
     def for_packing(cls, dataset: Any, graphs_per_batch: int, *,
                     shuffle: bool = True,
                     lookahead: int = DEFAULT_LOOKAHEAD) -> "FixedSizeOptions":
@@ -340,6 +367,7 @@ class FixedSizeOptions:
         return opts
 
     @classmethod
+    @public
     def for_batch_size(cls, dataset: Any, batch_size: int, *,
                        shuffle: bool = True,
                        lookahead: int = DEFAULT_LOOKAHEAD
@@ -380,8 +408,8 @@ class FixedSizeOptions:
         """
         if isinstance(batch_size, bool) or \
                 not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-            raise ValueError(f"batch_size ({batch_size!r}) must be a "
-                             "positive integer.")
+            raise refusal(ValueError(f"batch_size ({batch_size!r}) must be a "
+                                     "positive integer."))
         _check_lookahead(lookahead)
         num_graphs, num_nodes, num_edges = batch_size_budget(
             *_graph_sizes(dataset), batch_size, lookahead=lookahead,
@@ -395,8 +423,9 @@ class FixedSizeOptions:
 def _check_lookahead(lookahead: Any) -> None:
     if isinstance(lookahead, bool) or \
             not isinstance(lookahead, numbers.Integral) or lookahead < 0:
-        raise ValueError(f"lookahead ({lookahead!r}) must be a non-negative "
-                         "integer (0: PopTorch's greedy packing).")
+        raise refusal(ValueError(
+            f"lookahead ({lookahead!r}) must be a non-negative "
+            "integer (0: PopTorch's greedy packing)."))
 
 
 def _graph_sizes(dataset: Any):
@@ -404,9 +433,9 @@ def _graph_sizes(dataset: Any):
     nodes, edges = [], []
     for data in dataset:
         if isinstance(data, HeteroData):
-            raise ValueError(
+            raise refusal(ValueError(
                 "for_packing and for_batch_size support homogeneous "
-                "datasets (Data) only; use from_dataset for HeteroData.")
+                "datasets (Data) only; use from_dataset for HeteroData."))
         nodes.append(node_count(data))
         edges.append(edge_count(data))
     return nodes, edges

@@ -13,9 +13,10 @@ Example::
     >>> batch.x.shape[0], batch.edge_index.shape[1], batch.graphs_mask.tolist()
     (200, 600, [True, False])
 """
+import copy
 import os
 import os.path as osp
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import torch.serialization
 import torch.utils.data
@@ -30,6 +31,7 @@ from ._sampling.metis import graph_fingerprint, metis_partition
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
+from ._refusals import public, refusal, refusing_iterator
 
 __all__ = ["ClusterData", "FixedSizeClusterLoader"]
 
@@ -47,14 +49,17 @@ class ClusterData(torch_geometric.loader.ClusterData):
     partition to a changed graph).
     """
 
+    @public
     def __init__(self, data: Data, num_parts: int, recursive: bool = False,
                  save_dir: Optional[str] = None,
                  filename: Optional[str] = None, log: bool = True,
                  keep_inter_cluster_edges: bool = False,
                  sparse_format: str = "csr") -> None:
         if getattr(data, "edge_index", None) is None:
-            raise ValueError("ClusterData partitions a graph with "
-                             "edge_index; this one has none.")
+            raise refusal(ValueError(
+                "ClusterData partitions a graph with edge_index; this one "
+                "has none (a graph without edges needs edge_index="
+                "torch.empty(2, 0, dtype=torch.long))."))
         path = None
         if save_dir is not None:
             filename = filename or "metis_" + graph_fingerprint(
@@ -106,21 +111,22 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
             ``batch_sampler`` or ``exclude_keys``.
     """
 
+    @public
     def __init__(self, cluster_data: torch_geometric.loader.ClusterData,
                  fixed_size_options: FixedSizeOptions, batch_size: int = 1,
                  over_size_strategy: OverSizeStrategy =
                  OverSizeStrategy.TrimNodesAndEdges,
                  add_pad_masks: bool = True, **kwargs: Any) -> None:
         if fixed_size_options.num_graphs != 2:
-            raise AssertionError(
+            raise refusal(AssertionError(
                 f"fixed_size_options.num_graphs is "
                 f"{fixed_size_options.num_graphs}; FixedSizeClusterLoader "
-                "needs 2 (the merged clusters and one padding graph).")
+                "needs 2 (the merged clusters and one padding graph)."))
         for key in ("collate_fn", "batch_sampler", "exclude_keys"):
             if key in kwargs:
-                raise AssertionError(
+                raise refusal(AssertionError(
                     f"FixedSizeClusterLoader does not take {key}: it builds "
-                    "its batches from groups of batch_size clusters.")
+                    "its batches from groups of batch_size clusters."))
         self.cluster_data = cluster_data
         self.batch_size = batch_size
         self.fixed_size_options = fixed_size_options
@@ -145,10 +151,40 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self._collate
 
+    def _collate(self, cluster_ids: List[int]) -> Batch:
+        return self.fixed_size_collater([_merge_clusters(
+            self.cluster_data, self.cluster_collater, cluster_ids)])
+
     def __iter__(self) -> Iterator[Any]:
         # Batches that workers collate reach this process as copies: they
         # are registered as a fixed-size batch's here (padding-aware norms).
-        return registered_batches(self, super().__iter__())
+        return refusing_iterator(registered_batches(self, super().__iter__()))
 
-    def _collate(self, cluster_ids: List[int]) -> Batch:
-        return self.fixed_size_collater([self.cluster_collater(cluster_ids)])
+
+def _merge_clusters(cluster_data: torch_geometric.loader.ClusterData,
+                    collate: Callable[[List[int]], Data],
+                    cluster_ids: List[int]) -> Data:
+    """PyG's ``ClusterLoader`` subgraph of the clusters ``cluster_ids``
+    (``collate``), also when they hold no edge: PyG's fails there (its
+    ``map_index`` takes the max of no edges), which a graph with isolated
+    nodes, or none with edges, meets. The clusters are then their nodes,
+    with the attributes PyG would give them."""
+    partition = cluster_data.partition
+    ids = torch.as_tensor(cluster_ids, dtype=torch.long)
+    starts, ends = partition.partptr[ids], partition.partptr[ids + 1]
+    if bool((partition.indptr[ends] > partition.indptr[starts]).any()):
+        return collate(cluster_ids)
+    nodes = torch.cat([torch.arange(int(s), int(e))
+                       for s, e in zip(starts, ends)])
+    data = cluster_data.data  # nodes in cluster order, edges dropped
+    out = copy.copy(data)
+    for key, value in data.items():
+        if key == "num_nodes":
+            out.num_nodes = nodes.numel()
+        elif data.is_node_attr(key):
+            out[key] = value.index_select(data.__cat_dim__(key, value),
+                                          nodes)
+        elif data.is_edge_attr(key):
+            out[key] = value.narrow(data.__cat_dim__(key, value), 0, 0)
+    out.edge_index = torch.empty(2, 0, dtype=torch.long)
+    return out

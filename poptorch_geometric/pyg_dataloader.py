@@ -21,6 +21,7 @@ from ._fastpath.graph_cache import cached_graphs
 from ._padding_masks import registered_batches
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
+from ._refusals import public, refusal, refusing_iterator
 from .pyg_collate import Collater
 from .stream_packing_sampler import StreamPackingSampler
 
@@ -63,11 +64,15 @@ _TRIMS_EDGES = (OverSizeStrategy.TrimEdges, OverSizeStrategy.TrimNodesAndEdges)
 
 def _stream_packing_sampler(dataset: Any, opts: FixedSizeOptions,
                             shuffle: bool, generator: Any,
-                            allow_skip_data: bool) -> StreamPackingSampler:
+                            allow_skip_data: bool,
+                            trim_oversize: bool = False
+                            ) -> StreamPackingSampler:
     """The batch sampler of ``FixedSizeStrategy.StreamPack``: one graph,
     node and edge of each batch stay free for the padding graph, and
     batches are topped up from the lookahead the budgets were chosen for
-    (greedy for a dataset whose transform may change sizes)."""
+    (greedy for a dataset whose transform may change sizes). With
+    ``trim_oversize`` a graph too large for any batch makes a batch of its
+    own, which the loader's collater trims."""
     # The loader's generator (if any) drives the shuffle, as it would
     # without packing.
     base = RandomSampler(dataset, generator=generator) if shuffle \
@@ -81,7 +86,8 @@ def _stream_packing_sampler(dataset: Any, opts: FixedSizeOptions,
     return StreamPackingSampler(
         dataset, opts.num_graphs - 1, max_num_nodes=opts.total_num_nodes - 1,
         max_num_edges=opts.total_num_edges - 1, base_sampler=base,
-        allow_skip_data=allow_skip_data, lookahead=lookahead)
+        allow_skip_data=allow_skip_data, lookahead=lookahead,
+        trim_oversize=trim_oversize)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -150,6 +156,7 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
             as ``dataset[i]`` gives.
     """
 
+    @public
     def __init__(self,
                  dataset: Any,
                  batch_size: int = 2,
@@ -163,8 +170,9 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                  exclude_keys: Optional[List[str]] = None,
                  **kwargs: Any) -> None:
         if len(dataset) == 0:
-            raise ValueError("The dataset is empty: a FixedSizeDataLoader "
-                             "needs at least one graph.")
+            raise refusal(ValueError(
+                "The dataset is empty: a FixedSizeDataLoader "
+                "needs at least one graph."))
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_dataset(dataset, batch_size)
         # Later epochs reuse each graph object instead of rebuilding it.
@@ -174,11 +182,16 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         if isinstance(first, HeteroData) and not opts.is_hetero():
             opts.to_hetero(first.node_types, first.edge_types)
         if batch_size != opts.num_graphs:
-            raise AssertionError(
+            raise refusal(AssertionError(
                 f"batch_size ({batch_size}) must equal "
                 f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
-                "is padded to num_graphs graphs.")
+                "is padded to num_graphs graphs."))
         self.padded_batch_size = batch_size
+        # Read by _create_packing_sampler: a graph too large for any packed
+        # batch goes alone into one that the collater trims.
+        self._trims_oversize = over_size_strategy in (_TRIMS_NODES +
+                                                      _TRIMS_EDGES)
+        _warn_if_skip_does_nothing(fixed_size_strategy, over_size_strategy)
         batch_sampler = self._choose_batch_sampler(
             dataset, fixed_size_strategy, shuffle, kwargs,
             allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
@@ -188,9 +201,9 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
             torch_batch_size = batch_size - 1
         self.batch_sampler = batch_sampler
         if "collate_fn" in kwargs:
-            raise AssertionError(
+            raise refusal(AssertionError(
                 "FixedSizeDataLoader makes its own collate_fn (a "
-                "FixedSizeCollater); do not pass one.")
+                "FixedSizeCollater); do not pass one."))
 
         collater = self._create_collater(
             fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
@@ -210,27 +223,22 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         batch_sampler = kwargs.pop("batch_sampler", None)
         if strategy == FixedSizeStrategy.StreamPack:
             if batch_sampler is not None:
-                raise ValueError(
+                raise refusal(ValueError(
                     "A batch_sampler cannot be combined with "
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
-                    "batch_sampler.")
+                    "batch_sampler."))
             return self._create_packing_sampler(
                 dataset, self.fixed_size_options, shuffle,
                 kwargs.get("generator"), allow_skip_data=allow_skip_data)
         if strategy != FixedSizeStrategy.PadToMax:
-            raise NotImplementedError(
-                f"Unsupported fixed_size_strategy {strategy}.")
+            raise refusal(NotImplementedError(
+                f"Unsupported fixed_size_strategy {strategy}."))
         return batch_sampler
 
     def _create_collater(self, **collater_args: Any) -> Any:
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.fixed_size_collater
-
-    def __iter__(self) -> Iterator[Any]:
-        # Batches that workers collate reach this process as copies: they
-        # are registered as a fixed-size batch's here (padding-aware norms).
-        return registered_batches(self, super().__iter__())
 
     def _create_packing_sampler(self, dataset: Any, opts: FixedSizeOptions,
                                 shuffle: bool, generator: Any,
@@ -239,4 +247,31 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         ``_create_collater`` is, for the PopTorch loader's per-process
         share)."""
         return _stream_packing_sampler(dataset, opts, shuffle, generator,
-                                       allow_skip_data)
+                                       allow_skip_data,
+                                       getattr(self, "_trims_oversize",
+                                               False))
+
+    def __iter__(self) -> Iterator[Any]:
+        # A refusal found while loading (by the collater or the sampler)
+        # is raised from here, one line below the user's loop. Batches
+        # that workers collate reach this process as copies: they are
+        # registered as a fixed-size batch's here (padding-aware norms).
+        return refusing_iterator(registered_batches(self, super().__iter__()))
+
+    @public
+    def __len__(self) -> int:
+        return super().__len__()
+
+
+def _warn_if_skip_does_nothing(fixed_size_strategy: FixedSizeStrategy,
+                               over_size_strategy: OverSizeStrategy) -> None:
+    """PopTorch accepts ``Skip`` with ``PadToMax``, where it skips nothing:
+    say so before the first over-size graph raises."""
+    if over_size_strategy == OverSizeStrategy.Skip and \
+            fixed_size_strategy == FixedSizeStrategy.PadToMax:
+        logger.warning(
+            "OverSizeStrategy.Skip skips graphs only with "
+            "FixedSizeStrategy.StreamPack: with PadToMax a graph that does "
+            "not fit raises as with OverSizeStrategy.Error. Use StreamPack "
+            "to skip such graphs, or OverSizeStrategy.TrimNodesAndEdges to "
+            "trim them.")

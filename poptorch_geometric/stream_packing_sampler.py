@@ -14,7 +14,7 @@ Example (node budget 9, at most 3 graphs, graph sizes 3, 5, 2, 4, 6, 1, 3)::
     ...                           max_num_edges=3, lookahead=6))
     [[0, 1, 5], [2, 3, 6], [4]]
 """
-from typing import Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 from poptorch_core._logging import logger
 
 from ._best_fit import best_fit_batches
+from ._refusals import public, refusal, refusing_iterator
 from ._packing import batch_length
 
 __all__ = ["StreamPackingSampler"]
@@ -36,11 +37,29 @@ def _budget(kind: str, value: Optional[int], max_num_graphs: int,
         return max(getattr(d, f"num_{kind}") for d in data_source) * \
             max_num_graphs
     if value < max_num_graphs:
-        raise ValueError(
+        raise refusal(ValueError(
             f"max_num_{kind} ({value}) must be at least max_num_graphs "
             f"({max_num_graphs}): every graph slot needs room for one "
-            f"{kind[:-1]}.")
+            f"{kind[:-1]}."))
     return value
+
+
+def _check_sources(data_source: Dataset, base_sampler: Any,
+                   max_num_graphs: Optional[int]) -> None:
+    """Raises unless there are samples to pack and graph slots for them."""
+    if len(data_source) == 0:
+        raise refusal(ValueError("The dataset is empty: StreamPackingSampler "
+                                 "needs at least one sample to pack."))
+    if base_sampler is not None and len(base_sampler) == 0:
+        raise refusal(ValueError("The base sampler is empty: "
+                                 "StreamPackingSampler needs at least one "
+                                 "sample to pack."))
+    if max_num_graphs is None:
+        raise refusal(ValueError("max_num_graphs must be set: the number of "
+                                 "graph slots in one packed batch."))
+    if max_num_graphs < 1:
+        raise refusal(ValueError(f"max_num_graphs ({max_num_graphs}) must "
+                                 "be at least 1."))
 
 
 def sampling_order(sampler: Iterable[int]) -> np.ndarray:
@@ -117,7 +136,11 @@ class StreamPackingSampler(Sampler[List[int]]):
 
     A sample that does not fit even an empty batch raises ``RuntimeError``,
     or with ``allow_skip_data=True`` is skipped: skipped indices are counted
-    in :attr:`skipped_indices` (reset at the start of each epoch) and logged.
+    in :attr:`skipped_indices` (reset at the start of each epoch) and logged;
+    an epoch that skips every sample raises, naming the smallest. With
+    ``trim_oversize=True`` (what the loaders pass for
+    ``OverSizeStrategy.Trim*``) it makes a batch of its own instead, which
+    the fixed-size collater then trims to fit.
 
     Each sample's size is read from the dataset once and kept for later
     epochs, unless the dataset has a ``transform`` (which may change sizes
@@ -135,8 +158,11 @@ class StreamPackingSampler(Sampler[List[int]]):
         allow_skip_data: skip samples that can never fit instead of raising.
         lookahead: how many upcoming samples may top up a batch (0, the
             default, is PopTorch's greedy packing).
+        trim_oversize: give a sample that fits no batch a batch of its own
+            (for a collater that trims) instead of raising or skipping it.
     """
 
+    @public
     def __init__(self,
                  data_source: Dataset,
                  max_num_graphs: int,
@@ -145,20 +171,9 @@ class StreamPackingSampler(Sampler[List[int]]):
                  base_sampler: Optional[Union[Sampler[int],
                                               Iterable[int]]] = None,
                  allow_skip_data: bool = False,
-                 lookahead: int = 0) -> None:
+                 lookahead: int = 0, *, trim_oversize: bool = False) -> None:
         super().__init__()
-        if len(data_source) == 0:
-            raise ValueError("The dataset is empty: StreamPackingSampler "
-                             "needs at least one sample to pack.")
-        if base_sampler is not None and len(base_sampler) == 0:
-            raise ValueError("The base sampler is empty: StreamPackingSampler"
-                             " needs at least one sample to pack.")
-        if max_num_graphs is None:
-            raise ValueError("max_num_graphs must be set: the number of graph"
-                             " slots in one packed batch.")
-        if max_num_graphs < 1:
-            raise ValueError(f"max_num_graphs ({max_num_graphs}) must be at "
-                             "least 1.")
+        _check_sources(data_source, base_sampler, max_num_graphs)
         max_num_nodes = _budget("nodes", max_num_nodes, max_num_graphs,
                                 data_source)
         max_num_edges = _budget("edges", max_num_edges, max_num_graphs,
@@ -172,6 +187,7 @@ class StreamPackingSampler(Sampler[List[int]]):
                              if base_sampler is None else base_sampler)
         self.allow_skip_data = allow_skip_data
         self.lookahead = lookahead
+        self.trim_oversize = trim_oversize
         #: Indices skipped (never fit) during the current or last epoch.
         self.skipped_indices: List[int] = []
         self._len: Optional[int] = None
@@ -180,14 +196,15 @@ class StreamPackingSampler(Sampler[List[int]]):
         self._cache_sizes = getattr(data_source, "transform", None) is None
         if isinstance(lookahead, bool) or not isinstance(lookahead, int) \
                 or lookahead < 0:
-            raise ValueError(f"lookahead ({lookahead!r}) must be a "
-                             "non-negative integer (0: greedy packing).")
+            raise refusal(ValueError(
+                f"lookahead ({lookahead!r}) must be a non-negative integer "
+                "(0: greedy packing)."))
         if lookahead and not self._cache_sizes:
-            raise ValueError(
+            raise refusal(ValueError(
                 "lookahead packing reads sizes ahead of loading, so they must "
                 "not change between accesses, and this dataset has a "
                 "transform: use lookahead=0, or apply the transform as a "
-                "pre_transform.")
+                "pre_transform."))
         self._node_array: Optional[np.ndarray] = None
         self._edge_array: Optional[np.ndarray] = None
         #: Whether every sample's size is in the arrays above.
@@ -210,9 +227,12 @@ class StreamPackingSampler(Sampler[List[int]]):
                 and edges_left >= graphs_left)
 
     def __iter__(self) -> Iterator[List[int]]:
+        return refusing_iterator(self._epoch())
+
+    def _epoch(self) -> Iterator[List[int]]:
         skipped: List[int] = []
         self.skipped_indices = skipped
-        yield from self._pack(skipped)
+        yield from self._at_least_one(self._pack(skipped), skipped)
         if skipped:
             more = "" if len(skipped) <= 10 else ", ..."
             logger.warning(
@@ -220,6 +240,35 @@ class StreamPackingSampler(Sampler[List[int]]):
                 "do not fit an empty batch (indices %s%s); increase the "
                 "node/edge budgets to keep them.", len(skipped),
                 skipped[:10], more)
+
+    def _at_least_one(self, batches: Iterator[List[int]],
+                      skipped: List[int]) -> Iterator[List[int]]:
+        """``batches``, then an error if there was none because every
+        sample was skipped: an epoch of nothing trains nothing."""
+        empty = True
+        for batch in batches:
+            empty = False
+            yield batch
+        if empty and skipped:
+            raise refusal(RuntimeError(self._nothing_fits(skipped)))
+
+    def _nothing_fits(self, skipped: List[int]) -> str:
+        sizes = {idx: self._size(idx) for idx in skipped}
+        idx = min(skipped, key=lambda i: (sum(sizes[i]), i))
+        nodes, edges = sizes[idx]
+        room = self.max_num_graphs - 1
+        return (
+            f"StreamPackingSampler skipped all {len(skipped)} sample(s): none "
+            f"fits an empty batch of at most {self.max_num_graphs} graph(s), "
+            f"{self.max_num_nodes} node(s) and {self.max_num_edges} edge(s), "
+            f"so there is no batch to train on. The smallest, sample {idx}, "
+            f"has {nodes} node(s) and {edges} edge(s): it needs "
+            f"max_num_nodes >= {nodes + room} and max_num_edges >= "
+            f"{edges + room}. Increase the budgets (a FixedSizeDataLoader's "
+            "FixedSizeOptions have one graph, node and edge more than its "
+            "sampler; FixedSizeOptions.for_packing derives them from the "
+            "data), or trim over-size samples (OverSizeStrategy."
+            "TrimNodesAndEdges).")
 
     def _pack(self, skipped: List[int]) -> Iterator[List[int]]:
         if self.lookahead:
@@ -237,8 +286,9 @@ class StreamPackingSampler(Sampler[List[int]]):
             too_big = self._too_big(nodes, edges)
             for position in np.flatnonzero(too_big).tolist():
                 idx = int(order[position])
-                self._reject(idx, int(nodes[position]), int(edges[position]))
-                skipped.append(idx)
+                if self._oversize(idx, int(nodes[position]),
+                                  int(edges[position]), skipped):
+                    yield [idx]
             keep = ~too_big
             order, nodes, edges = order[keep], nodes[keep], edges[keep]
         for batch in best_fit_batches(nodes, edges, self.max_num_graphs,
@@ -262,8 +312,8 @@ class StreamPackingSampler(Sampler[List[int]]):
             count = batch_length(nodes, edges, node_room, edge_room)
             if count == 0:  # does not fit even an empty batch
                 idx = int(window[0])
-                self._reject(idx, int(nodes[0]), int(edges[0]))
-                skipped.append(idx)
+                if self._oversize(idx, int(nodes[0]), int(edges[0]), skipped):
+                    yield [idx]
                 start += 1
                 continue
             yield window[:count].tolist()
@@ -312,8 +362,8 @@ class StreamPackingSampler(Sampler[List[int]]):
                     yield batch.indices
                     batch = _PackedBatch()
                 if not self._has_space(batch, num_nodes, num_edges):
-                    self._reject(idx, num_nodes, num_edges)
-                    skipped.append(idx)
+                    if self._oversize(idx, num_nodes, num_edges, skipped):
+                        yield [idx]
                     continue
             batch.add(idx, num_nodes, num_edges)
         if batch.indices:
@@ -323,23 +373,38 @@ class StreamPackingSampler(Sampler[List[int]]):
         data = self.data_source[idx]
         return data.num_nodes, data.num_edges
 
+    def _oversize(self, idx: int, num_nodes: int, num_edges: int,
+                  skipped: List[int]) -> bool:
+        """Deals with a sample that fits no batch: True when it makes a
+        batch of its own (to be trimmed); otherwise raises, or records it
+        in ``skipped``."""
+        if self.trim_oversize:
+            return True
+        self._reject(idx, num_nodes, num_edges)
+        skipped.append(idx)
+        return False
+
     def _reject(self, idx: int, num_nodes: int, num_edges: int) -> None:
         if not self.allow_skip_data:
-            raise RuntimeError(
+            raise refusal(RuntimeError(
                 f"Sample {idx} with {num_nodes} node(s) and {num_edges} "
                 f"edge(s) does not fit an empty batch of at most "
                 f"{self.max_num_graphs} graph(s), {self.max_num_nodes} "
                 f"node(s) and {self.max_num_edges} edge(s). Increase the "
-                "budgets or allow skipping samples (allow_skip_data=True, "
-                "OverSizeStrategy.Skip).")
+                "budgets, skip such samples (allow_skip_data=True, "
+                "OverSizeStrategy.Skip) or trim them (trim_oversize=True, "
+                "OverSizeStrategy.TrimNodesAndEdges)."))
         logger.debug("StreamPackingSampler skips sample %d (%d nodes, %d "
                      "edges).", idx, num_nodes, num_edges)
 
+    @public
     def __len__(self) -> int:
         if isinstance(self.base_sampler, RandomSampler):
             raise _LengthDependsOnOrder(
                 "The number of packed batches depends on the sample order, "
                 "which a RandomSampler changes every epoch.")
         if self._len is None:
-            self._len = sum(1 for _ in self._pack([]))
+            skipped: List[int] = []
+            self._len = sum(1 for _ in self._at_least_one(
+                self._pack(skipped), skipped))
         return self._len

@@ -102,6 +102,28 @@ class PyGArgsParser(poptorch.ICustomArgParser):
                 if isinstance(value, torch.Tensor):
                     yield value
 
+    def tensorNames(self, struct: Any) -> Optional[List[str]]:
+        """The attribute name of each tensor :meth:`yieldTensors` yields
+        (``"x"``; ``"paper.x"`` or ``"('paper', 'cites', 'paper').
+        edge_index"`` in a ``HeteroData``), so that a model called with a
+        batch of other attributes than at compilation names them.
+
+        Example::
+
+            >>> from torch_geometric.data import Data
+            >>> PyGArgsParser().tensorNames(Data(x=torch.ones(2, 1),
+            ...                                  y=torch.ones(1), name="g"))
+            ['x', 'y']
+        """
+        if isinstance(struct, Data):
+            return self._sortedTensorKeys(struct)
+        if isinstance(struct, HeteroData):
+            return [key if store._key is None else f"{store._key}.{key}"
+                    for store in _hetero_stores(struct)
+                    for key, value in store.items()
+                    if isinstance(value, torch.Tensor)]
+        return None
+
     def reconstruct(self, original_structure: Any,
                     tensor_iterator: Iterator[torch.Tensor]) -> Any:
         """An object like ``original_structure`` (``Data``, ``HeteroData``

@@ -297,6 +297,56 @@ def test_train_molecules_flags(monkeypatch, capsys):
     assert "default: $POPTORCH_SIM_BACKEND, or interpret" in text
 
 
+def _refused(parse, argv, capsys) -> str:
+    """The argparse error that ``parse(argv)`` exits with (exit code 2)."""
+    with pytest.raises(SystemExit) as info:
+        parse(argv)
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("limit, val_fraction", [
+    (1, 0.1), (2, 0.1), (2, 0.5), (3, 0.7), (9, 0.9)])
+def test_train_molecules_refuses_a_limit_without_a_training_split(
+        limit, val_fraction, capsys):
+    """A split needs one validation molecule and two to train on (one
+    molecule has no spread to standardise the labels by); the error names
+    the least --limit that gives them, found here by plain counting."""
+    example = _load_example("train_molecules")
+    least = next(n for n in range(1, 1000)
+                 if n - max(1, int(n * val_fraction)) >= 2)
+    assert limit < least
+    err = _refused(example.parse_args, ["--limit", str(limit),
+                                        "--val-fraction", str(val_fraction)],
+                   capsys)
+    assert (f"argument --limit: must be at least {least} with "
+            f"--val-fraction {val_fraction}, got {limit}") in err
+    args = example.parse_args(["--limit", str(least), "--val-fraction",
+                               str(val_fraction)])
+    assert args.limit == least
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--threads", "-1"], "argument --threads: must be at least 1, got -1"),
+    (["--limit", "-5"], "argument --limit: must be at least 128, got -5"),
+    (["--limit", "5"], "argument --limit: must be at least 128, got 5"),
+    (["--limit", "many"],
+     "argument --limit: must be an integer of at least 128, got 'many'"),
+    (["--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
+    (["--device-iterations", "0"], "argument --device-iterations: must be "
+                                   "at least 1"),
+    (["--sampling-workers", "-2"], "argument --sampling-workers: must be at "
+                                   "least 1"),
+])
+def test_benchmark_refuses_out_of_range_flags(argv, words, capsys):
+    """Refused before anything runs, naming the flag and the valid range
+    (--limit: at least one batch of 128 molecules)."""
+    benchmark = _load_example("benchmark")
+    assert words in _refused(benchmark.parse_args, argv, capsys)
+    assert benchmark.parse_args(["--limit", "128", "--threads", "1"]).limit \
+        == 128
+
+
 def test_train_molecules_ctrl_c_ends_with_one_line(monkeypatch, capsys):
     example = _load_example("train_molecules")
 

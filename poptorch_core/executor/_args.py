@@ -7,7 +7,7 @@ how to recompile.
 """
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -101,8 +101,10 @@ def describe(value: Any) -> Any:
         return ("tensor", value.dtype, value.shape)
     parser = getCustomParser(value)
     if parser is not None:
+        names = parser.tensorNames(value)
         return ("custom", type(value),
-                tuple(describe(t) for t in parser.yieldTensors(value)))
+                tuple(describe(t) for t in parser.yieldTensors(value)),
+                None if names is None else tuple(names))
     if isinstance(value, (tuple, list)):
         return (type(value), tuple(describe(v) for v in value))
     if isinstance(value, dict):
@@ -156,11 +158,45 @@ def _compare(name: str, expected: Any, got: Any) -> None:
     if isinstance(expected[1], dict):
         _compare_dicts(name, expected[1], got[1])
         return
+    labels = None
+    if kind == "custom":
+        labels = _compare_names(name, expected, got)
+        expected, got = expected[:-1], got[:-1]
+    labels = labels or [f"[{i}]" for i in range(len(expected[-1]))]
     if len(expected[-1]) != len(got[-1]):
         raise _mismatch(f"Length mismatch for {name}: expected "
                         f"{len(expected[-1])} elements but got {len(got[-1])}.")
-    for i, (e, g) in enumerate(zip(expected[-1], got[-1])):
-        _compare(f"{name}[{i}]", e, g)
+    for label, e, g in zip(labels, expected[-1], got[-1]):
+        _compare(f"{name}{label}", e, g)
+
+
+def _compare_names(name: str, expected: Any,
+                   got: Any) -> Optional[List[str]]:
+    """For inputs whose parser names their tensors (a PyG ``Data``'s
+    attributes): raises when the names differ, naming the missing and the
+    unexpected ones; returns the labels of the tensors (``.x``), or None
+    for unnamed ones."""
+    names, got_names = expected[-1], got[-1]
+    if names is None or got_names is None:
+        return None
+    if names != got_names:
+        missing = [n for n in names if n not in got_names]
+        unexpected = [n for n in got_names if n not in names]
+        found = [f"lacks {_listed(missing)}"] if missing else []
+        if unexpected:
+            found.append(f"has {_listed(unexpected)} in addition")
+        raise _mismatch(
+            f"Attribute mismatch for {name} ({expected[1].__name__}): the "
+            f"model was compiled with the tensors {_listed(names)}; this "
+            f"one {' and '.join(found) or 'has them in another order'}. Pass "
+            "batches with the attributes the model was compiled with (the "
+            "same dataset and loader settings, such as exclude_keys), or "
+            "delete the extra ones (del batch.name).")
+    return [f".{n}" for n in names]
+
+
+def _listed(names: List[str]) -> str:
+    return ", ".join(repr(n) for n in names)
 
 
 def _compare_dicts(name: str, expected: Dict, got: Dict) -> None:

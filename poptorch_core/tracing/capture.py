@@ -33,7 +33,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _dtypes, _impl
-from .._args_parser import flattenTensors, rebuildStructure
+from .._args_parser import (flattenTensors, loadImportedPlugins,
+                            rebuildStructure)
 from ..errors import createPoptorchError
 from . import _inplace, _interception, _loss_check, rules
 from ._decompositions import TRACE_DECOMPOSITIONS
@@ -173,6 +174,9 @@ def _tracing_context(training: bool, device: torch.device,
         # tracing context offers one (a quarter of the NCI model's capture).
         stack.enter_context(tracing(TracingContext(
             FakeTensorMode(allow_fallback_kernels=True))))
+        # A plugin (PopTorch Geometric) substitutes its fixed-shape ops for
+        # models of a package it supports, imported or not by the script.
+        loadImportedPlugins()
         stack.enter_context(_impl._OverwriteContextManager())
         try:
             _impl._run_pre_compile_hooks()

@@ -31,7 +31,7 @@ from torch_geometric.typing import TensorFrame
 from torch_geometric.utils import cumsum
 
 from .._padding.columns import Columns, StorageColumns
-from .._padding.validate import check_local_indices
+from .._padding.validate import check_local_indices, check_same_shapes
 from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
 from ..common import DataBatch as _DATA_BATCH
 
@@ -131,7 +131,12 @@ def _concat_and_fill(spec: AttrSpec, columns: Columns, dim: int,
         torch.stack(columns.column(spec.key),
                     out=out.narrow(0, 0, num_real))
     else:
-        columns.concat(spec.key, dim, out.narrow(dim, 0, num_real))
+        try:
+            columns.concat(spec.key, dim, out.narrow(dim, 0, num_real))
+        except RuntimeError:
+            # torch names neither the attribute nor the graphs.
+            check_same_shapes(columns.column(spec.key), spec.key, dim)
+            raise
         if spec.key == "edge_index" and not isinstance(columns,
                                                        StorageColumns):
             # The graphs' own indices, before the batch offsets: each must

@@ -12,11 +12,12 @@ Example::
     (3, 7, 16)
 """
 import dataclasses
-from typing import Any, Dict, Hashable, List, Optional
+from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
+from .._refusals import refusal
 from .columns import Columns
 from .plan import (AttrSpec, Level, PaddingPlan, split_evenly,
                        split_hosted)
@@ -53,10 +54,10 @@ def _limit(budget: Any, store_type: Hashable, kind: str) -> int:
     if store_type is None:
         return budget
     if store_type not in budget:
-        raise AssertionError(
+        raise refusal(AssertionError(
             f"FixedSizeOptions has no {kind[:-1]} budget for type "
             f"{store_type!r} of the data; give num_{kind} for every type "
-            f"(it has {list(budget)}).")
+            f"(it has {list(budget)})."))
     return budget[store_type]
 
 
@@ -74,9 +75,9 @@ class BatchRoom:
         else:
             if isinstance(opts.num_nodes, dict) or \
                     isinstance(opts.num_edges, dict):
-                raise ValueError(
+                raise refusal(ValueError(
                     "FixedSizeOptions give sizes per node/edge type but the "
-                    "data is homogeneous (Data): give int sizes.")
+                    "data is homogeneous (Data): give int sizes."))
             nodes, edges = homogeneous_counts(data_list, columns)
             node_counts, edge_counts = {None: nodes}, {None: edges}
         return cls(
@@ -110,24 +111,29 @@ class BatchRoom:
                 return True
         return False
 
-    def check_fits(self, num_graphs: int, budget_graphs: int) -> None:
+    def check_fits(self, num_graphs: int, budget_graphs: int,
+                   trims: Tuple[bool, bool] = (False, False)) -> None:
         """Raises ``RuntimeError`` when real elements overflow a budget, or
-        when padding is needed but no padding graph slot is left."""
+        when padding is needed but no padding graph slot is left. ``trims``
+        says whether the collater trims nodes and edges (the fix the
+        message suggests depends on it)."""
         for room in self.all():
             if room.pad < 0:
-                raise RuntimeError(_oversize_message(room, num_graphs,
-                                                     budget_graphs))
+                raise refusal(RuntimeError(_oversize_message(
+                    room, num_graphs, budget_graphs, *trims)))
         if num_graphs == budget_graphs and any(r.pad > 0 for r in self.all()):
-            raise RuntimeError(
+            raise refusal(RuntimeError(
                 f"Requested to pad a batch to {budget_graphs} graphs but "
                 f"collater got a list of {num_graphs} graphs and cannot "
-                "create additional graphs to pad nodes and edges.")
+                "create additional graphs to pad nodes and edges."))
 
     def plan(self, specs: Dict[Hashable, List[AttrSpec]],
-             num_pad_graphs: int, hetero: bool) -> PaddingPlan:
+             num_pad_graphs: int, hetero: bool,
+             trims_nodes: bool = False) -> PaddingPlan:
         """Shares the padding among ``num_pad_graphs`` padding graphs:
         nodes evenly (larger shares first); edges evenly over the padding
-        graphs that have a node to host them (of both end types)."""
+        graphs that have a node to host them (of both end types).
+        ``trims_nodes``: the collater has trimmed nodes already."""
         k = num_pad_graphs
         node_shares = {t: split_evenly(r.pad, k)
                        for t, r in self.nodes.items()}
@@ -139,7 +145,8 @@ class BatchRoom:
                     hosts = min(hosts, self.nodes[node_type].pad)
             if room.pad > 0 and hosts == 0 and _has_edge_attrs(
                     specs.get(t if hetero else None, [])):
-                raise RuntimeError(_no_host_message(room, self))
+                raise refusal(RuntimeError(_no_host_message(
+                    room, self, trims_nodes)))
             edge_shares[t] = split_hosted(room.pad, k, hosts)
         return PaddingPlan(k, hetero, specs, node_shares, edge_shares)
 
@@ -148,25 +155,38 @@ def _has_edge_attrs(specs: List[AttrSpec]) -> bool:
     return any(s.level is Level.EDGE for s in specs)
 
 
-def _oversize_message(room: Room, num_graphs: int, budget_graphs: int) -> str:
+def _oversize_message(room: Room, num_graphs: int, budget_graphs: int,
+                      trim_nodes: bool = False,
+                      trim_edges: bool = False) -> str:
     option = "trim_nodes" if room.kind == "nodes" else "trim_edges"
+    fix = f"Increase num_{room.kind} in FixedSizeOptions"
+    if (trim_nodes, trim_edges)[room.kind == "edges"]:
+        fix += " (trimming is on but could not make them fit)."
+    elif trim_nodes or trim_edges:
+        # Trimming the other kind is on: the fix is to trim both.
+        fix += (f", or set {option} too (OverSizeStrategy."
+                "TrimNodesAndEdges) to trim the samples to fit.")
+    else:
+        fix += (f", or set {option} (OverSizeStrategy.Trim*) to trim the "
+                "samples to fit.")
     return (
         "The fixed sizes given don't allocate enough space for the number "
         f"of {room.label} required to fit {num_graphs} sample(s) into a batch"
         f" ({budget_graphs} including extra padded graph(s)): the samples "
         f"hold {room.real} {room.kind} but the fixed size allows "
-        f"{room.limit} {room.kind}. Increase num_{room.kind} in "
-        f"FixedSizeOptions, or set {option} (OverSizeStrategy.Trim*) to "
-        "trim the samples to fit.")
+        f"{room.limit} {room.kind}. {fix}")
 
 
-def _no_host_message(room: Room, batch: "BatchRoom") -> str:
+def _no_host_message(room: Room, batch: "BatchRoom",
+                     trims_nodes: bool = False) -> str:
     full = ", ".join(f"{r.label} ({r.real}/{r.limit})"
                      for r in batch.nodes.values() if r.pad == 0)
     return (
         f"Cannot pad {room.pad} {room.label}: the real graphs fill every "
         f"node slot of {full}, so no padding node is left to hold padding "
         "edges (they would point past the last node). Reserve at least one "
-        "node for padding: increase num_nodes in FixedSizeOptions by one, "
-        "or trim nodes (OverSizeStrategy.TrimNodes).")
+        "node for padding: increase num_nodes in FixedSizeOptions by one"
+        + (" (trimming nodes cannot free one: every graph keeps at least "
+           "one node)." if trims_nodes else
+           ", or trim nodes (OverSizeStrategy.TrimNodes)."))
 

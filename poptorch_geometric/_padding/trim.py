@@ -20,6 +20,8 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
+from .._refusals import refusal
+
 __all__ = ["create_slices_and_preserve_mask", "TrimCounts"]
 
 
@@ -61,9 +63,9 @@ def create_slices_and_preserve_mask(
     nonempty = counts_t > 0
     num_protected = int(nonempty.sum())
     if max_num < num_protected:
-        raise RuntimeError(
+        raise refusal(RuntimeError(
             f"Cannot trim {num_protected} non-empty graph(s) to {max_num} "
-            "element(s) without emptying a graph; increase the budget.")
+            "element(s) without emptying a graph; increase the budget."))
     protected = torch.zeros(total, dtype=torch.bool)
     picks = (torch.rand(num_protected) *
              counts_t[nonempty].to(torch.float)).long()
@@ -85,21 +87,26 @@ def prune(data_list: List[BaseData], kind: str,
     keeps every node. Graphs that keep everything are returned as they are.
 
     Raises:
-        RuntimeError: a node limit is below the number of graphs (some
-            graph would lose its last node).
+        RuntimeError: a limit is below the number of graphs that have
+            such elements (some graph would lose its last one).
     """
     subsets: List[Dict[Hashable, Tensor]] = [{} for _ in data_list]
     for store_type, type_counts in counts.items():
         limit = limits[store_type]
         if sum(type_counts) <= limit:
             continue
-        if kind == "nodes" and limit < len(data_list):
+        # Trimming keeps a node of every graph and an edge of every graph
+        # that has edges.
+        keeping = len(data_list) if kind == "nodes" else \
+            sum(1 for c in type_counts if c > 0)
+        if limit < keeping:
             of_type = "" if store_type is None else f" of type {store_type!r}"
-            raise RuntimeError(
-                f"Cannot trim {len(data_list)} graph(s) to {limit} "
-                f"node(s){of_type}: every graph keeps at least one node. "
-                "Increase num_nodes in FixedSizeOptions or put fewer graphs "
-                "in a batch.")
+            having = "" if kind == "nodes" else " with edges"
+            raise refusal(RuntimeError(
+                f"Cannot trim {keeping} graph(s){having} to {limit} "
+                f"{kind[:-1]}(s){of_type}: every graph keeps at least one "
+                f"{kind[:-1]}. Increase num_{kind} in FixedSizeOptions or "
+                "put fewer graphs in a batch."))
         slices, keep = create_slices_and_preserve_mask(limit, type_counts)
         for subset, s in zip(subsets, slices):
             if not bool(keep[s].all()):

@@ -1,16 +1,21 @@
 """Checks of the graphs a fixed-size batch is made of, where they are cheap.
 
-Two mistakes would otherwise give a batch that looks right and is wrong:
+Three mistakes would otherwise give a batch that looks right and is wrong,
+or an error that names none of the graphs:
 
 - an ``edge_index`` entry outside ``[0, num_nodes)`` of its own graph, which
   after batching connects the graph to a padding graph or to its neighbour
   in the batch;
 - graphs with different attribute sets, which PyG either rejects with a
-  ``KeyError`` or batches with the attribute silently missing.
+  ``KeyError`` or batches with the attribute silently missing;
+- graphs whose tensors of one attribute differ in shape beyond the dim
+  they are joined along (``x`` of 4 and of 5 features), which
+  ``torch.cat`` rejects naming neither the attribute nor the graphs.
 
-Both raise a ``ValueError`` that names the graph (its position in the batch)
-and the value or attribute. The edge check is one comparison over the
-batch's edges (vectorised, in both collation paths).
+Each raises a ``ValueError`` that names the graph (its position in the
+batch) and the value or attribute. The edge check is one comparison over
+the batch's edges (vectorised, in both collation paths); the shape check
+runs only once a concatenation has failed.
 
 Example::
 
@@ -30,6 +35,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from torch import Tensor
+
+from .._refusals import refusal
 
 __all__: List[str] = []
 
@@ -61,11 +68,11 @@ def out_of_range_error(where: str, value: int, count: int,
                        node_kind: str = "node") -> ValueError:
     """The error for an index ``value`` of ``where`` (e.g. "Graph 3 of the
     batch"), a graph of ``count`` nodes."""
-    return ValueError(
+    return refusal(ValueError(
         f"{where} has an {what} entry {value}, outside its {count} "
         f"{node_kind}(s) (valid: 0 to {count - 1}): an edge must join two "
         "nodes of its own graph, or it would join another graph of the "
-        f"batch. Fix the dataset's {what}.")
+        f"batch. Fix the dataset's {what}."))
 
 
 def check_local_indices(indices: Tensor, sizes: Sequence[int],
@@ -127,7 +134,53 @@ def check_same_attributes(mappings: Sequence[Any],
         missing, extra = sorted(expected - got), sorted(got - expected)
         problem = (f"has no '{missing[0]}', which graph 0 has" if missing
                    else f"has '{extra[0]}', which graph 0 has not")
-        raise ValueError(
+        raise refusal(ValueError(
             f"Graph {graph} of the batch {problem}: every graph of a batch "
             "needs the same attributes (give the graphs that lack it a "
-            "value, or leave the attribute out with exclude_keys).")
+            "value, or leave the attribute out with exclude_keys)."))
+
+
+def check_same_shapes(column: Sequence[Tensor], key: str, dim: int,
+                      store: str = "") -> None:
+    """Raises unless every tensor of ``column`` (attribute ``key`` of each
+    graph, of ``store`` such as "'paper' nodes" in hetero graphs) has graph
+    0's shape in every dim but ``dim``, the one they are joined along."""
+    first = column[0]
+    dim = dim % max(first.dim(), 1)
+    for graph, value in enumerate(column):
+        if value.dim() == first.dim() and all(
+                a == b for i, (a, b) in enumerate(zip(first.shape,
+                                                      value.shape))
+                if i != dim):
+            continue
+        where = f" of {store}" if store else ""
+        raise refusal(ValueError(
+            f"Graphs 0 and {graph} of the batch have '{key}'{where} of shapes "
+            f"{list(first.shape)} and {list(value.shape)}: a batch joins "
+            f"every graph's '{key}' along dim {dim}, so their other dims "
+            f"must agree. Give every graph's '{key}' the same shape apart "
+            f"from dim {dim} (the same number of features), or leave "
+            f"'{key}' out of the batch with exclude_keys."))
+
+
+def check_graphs_join(data_list: Sequence[Any],
+                      ignored: Sequence[str] = ()) -> None:
+    """:func:`check_same_shapes` for every tensor attribute of the graphs
+    (of every store of ``HeteroData``) but the ``ignored`` keys, which the
+    batch leaves out: what to look at once PyG's collation has failed."""
+    first = data_list[0]
+    for store in first.stores:
+        name = store._key
+        kind = "" if name is None else \
+            f"{name!r} {'edges' if isinstance(name, tuple) else 'nodes'}"
+        for key, value in store.items():
+            if key in ignored or not isinstance(value, Tensor) or \
+                    value.dim() == 0:
+                continue
+            dim = first.__cat_dim__(key, value, store)
+            if not isinstance(dim, int):
+                continue
+            column = [(d._store if name is None else d[name])[key]
+                      for d in data_list]
+            if all(isinstance(v, Tensor) for v in column):
+                check_same_shapes(column, key, dim, kind)

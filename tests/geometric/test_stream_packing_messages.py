@@ -58,8 +58,9 @@ def test_a_sample_that_never_fits_is_named_with_the_budgets(lookahead,
                                    max_num_edges=4, lookahead=lookahead)
     message = ("Sample 2 with 9 node(s) and 3 edge(s) does not fit an empty "
                "batch of at most 2 graph(s), 6 node(s) and 4 edge(s). "
-               "Increase the budgets or allow skipping samples "
-               "(allow_skip_data=True, OverSizeStrategy.Skip).")
+               "Increase the budgets, skip such samples "
+               "(allow_skip_data=True, OverSizeStrategy.Skip) or trim them "
+               "(trim_oversize=True, OverSizeStrategy.TrimNodesAndEdges).")
     with pytest.raises(RuntimeError, match=f"^{re.escape(message)}$"):
         list(sampler)
 

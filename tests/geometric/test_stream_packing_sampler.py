@@ -47,6 +47,12 @@ def test_every_sample_once_and_every_batch_fits(sizes, max_graphs, node_room,
             shuffle_seed)).tolist()
     sampler = StreamPackingSampler(ds, max_graphs, max_nodes, max_edges,
                                    base_sampler=base, allow_skip_data=True)
+    if all(n - 1 > max_nodes - max_graphs or e - 1 > max_edges - max_graphs
+           for n, e in sizes):
+        # An epoch without a batch is an error, not an empty epoch.
+        with pytest.raises(RuntimeError, match="skipped all"):
+            list(sampler)
+        return
     batches = [b for b in sampler]
     # The vectorised packer decides exactly as the sample-by-sample one
     # (which datasets with a transform use).

@@ -37,8 +37,10 @@ def test_edge_trimming_refuses_to_empty_a_graph_of_its_edges():
         FixedSizeOptions(num_nodes=20, num_edges=budget, num_graphs=3),
         trim_edges=True)
     with pytest.raises(RuntimeError, match=re.escape(
-            f"Cannot trim {with_edges} non-empty graph(s) to {budget} "
-            "element(s) without emptying a graph; increase the budget.")):
+            f"Cannot trim {with_edges} graph(s) with edges to {budget} "
+            "edge(s): every graph keeps at least one edge. Increase "
+            "num_edges in FixedSizeOptions or put fewer graphs in a "
+            "batch.")):
         collater(graphs)
 
 
