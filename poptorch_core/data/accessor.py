@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 
 from ..enums import SharingStrategy
-from ..errors import Error, createPoptorchError
+from ..errors import Error, createPoptorchError, public_class
 from . import _protocol as P
 from ._batching import count_batches, samples_per_epoch
 from ._layout import ElementLayout
@@ -59,6 +59,7 @@ def _is_poptorch_loader(dataset: Any) -> bool:
         hasattr(type(dataset), "combinedBatchSize")
 
 
+@public_class
 class AsynchronousDataAccessor:
     """Iterates ``dataset`` in a worker process that loads ahead of the
     consumer into a ring of ``buffer_size`` shared-memory slots.

@@ -12,7 +12,7 @@ import torch
 
 from .._logging import logger
 from ..enums import DataLoaderMode
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_class
 from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
@@ -38,6 +38,7 @@ def _check_batch_sampler(batch_size: Optional[int], shuffle: Optional[bool],
             "auto_distributed_partitioning=True.")
 
 
+@public_class
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader whose batches are PopTorch host batches.
 

@@ -22,7 +22,7 @@ from .._logging import logger
 from .._printing import module_repr
 from ..annotations import PipelinedExecution, ShardedExecution
 from ..enums import ConnectionType, OutputMode
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_class
 from ..ir import Ir
 from ..optim import SGD
 from ..options import Options
@@ -100,6 +100,7 @@ def _check_inference_options(options: Options) -> None:
     raise createPoptorchError(msg)
 
 
+@public_class
 class PoplarExecutor:
     """A model wrapped by :func:`trainingModel` or :func:`inferenceModel`.
 

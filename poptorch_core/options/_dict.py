@@ -23,6 +23,7 @@ import copy
 from typing import Any, Dict, Iterator, Optional
 
 from .._logging import logger
+from ..errors import public_class
 
 __all__ = []
 
@@ -110,6 +111,7 @@ def _type_matches(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+@public_class
 class OptionsDict(_Freezable):
     """A typed dictionary of options with attribute access.
 
@@ -234,6 +236,7 @@ gradient_accumulation. Expected <class 'int'>
         return f"{type(self).__name__}({body})"
 
 
+@public_class
 class _PopartOptions(_Freezable):
     """Backend (PopART) session options: any string key is accepted.
 

@@ -20,6 +20,7 @@ import torch
 
 from .. import enums
 from .._logging import logger
+from ..errors import public_class
 from ._dict import OptionsDict, _PopartOptions
 
 __all__ = ["TensorLocationSettings"]
@@ -42,6 +43,7 @@ def _check_positive(option: str, value: Any) -> None:
         raise ValueError(f"{option} must be a positive integer (got {value})")
 
 
+@public_class
 class _TrainingOptions(OptionsDict):
     """Options specific to ``poptorch.trainingModel``.
 
@@ -117,6 +119,7 @@ def _merge_convolution_option(popart: _PopartOptions, key: str,
     popart.set("convolutionOptions", conv)
 
 
+@public_class
 class _PrecisionOptions(OptionsDict):
     """Numerical precision options (metadata on the simulator, which
     computes in the model's own dtypes).
@@ -182,6 +185,7 @@ class _PrecisionOptions(OptionsDict):
         return self
 
 
+@public_class
 class TensorLocationSettings(OptionsDict):
     """Where one class of tensors (activations, weights, optimizer state,
     accumulators) lives. Metadata only on the simulator.
@@ -243,6 +247,7 @@ class TensorLocationSettings(OptionsDict):
         return self.createOrSet(useIOTilesToStore=int(use))
 
 
+@public_class
 class _TensorLocationOptions(OptionsDict):
     """Tensor placement options (metadata only on the simulator).
 
@@ -304,6 +309,7 @@ def _int_from_env(var: str, default: int) -> int:
                          "integer") from None
 
 
+@public_class
 class _DistributedOptions(OptionsDict):
     """Multi-process (multi-instance) replication.
 
@@ -366,6 +372,7 @@ class _DistributedOptions(OptionsDict):
         return self.num_distributed_processes
 
 
+@public_class
 class _JitOptions(OptionsDict):
     """Deprecated TorchScript options (tracing is always by dispatch)."""
 

@@ -20,6 +20,7 @@ import torch
 from .. import enums
 from ._strategies import PipelinedExecution, _IExecutionStrategy
 from .._logging import logger
+from ..errors import public_class
 from ._config import ConfigFileError, apply_json, load_from_file
 from ._dict import OptionsDict, _PopartOptions
 from ._progress import _CompilationProgressBar
@@ -57,6 +58,7 @@ _NAMESPACES = ("Distributed", "Jit", "Precision", "Simulator",
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+@public_class
 class Options(OptionsDict):
     """Options of a PopTorch model (``trainingModel``/``inferenceModel``).
 
