@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, Optional
 
 from .._logging import logger
 from ..errors import public_class
+from ._backend_keys import check_backend_option
 
 __all__ = []
 
@@ -273,6 +274,7 @@ class _PopartOptions(_Freezable):
                 "Ignoring call to poptorch.Options._Popart.set('logDir', ...)"
                 ": use poptorch.Options.logDir() instead")
             return self
+        check_backend_option(key, value)
         self.options[key] = value
         return self
 
