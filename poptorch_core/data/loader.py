@@ -12,7 +12,7 @@ import torch
 
 from .._logging import logger
 from ..enums import DataLoaderMode
-from ..errors import createPoptorchError, public_class
+from ..errors import createPoptorchError, public_call, public_class
 from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
@@ -89,6 +89,20 @@ class DataLoader(torch.utils.data.DataLoader):
         >>> len(loader)    # 30 samples, the last 6 do not fill a batch
         2
     """
+
+    @public_call
+    def __new__(cls, *args: Any, **kwargs: Any) -> "DataLoader":
+        # Before __init__ binds the arguments: a dataset passed first would
+        # otherwise be reported as a missing dataset. Subclasses (PopTorch
+        # Geometric's loaders) have signatures of their own.
+        if cls is DataLoader and args and "dataset" not in kwargs and len(args) < 2 and \
+                not isinstance(args[0], Options):
+            raise AssertionError(
+                "poptorch.DataLoader takes the options first, then the "
+                f"dataset, and got a {type(args[0]).__name__} without "
+                "options: call poptorch.DataLoader(poptorch.Options(), "
+                "dataset, batch_size=...) with the options the model uses.")
+        return super().__new__(cls)
 
     def __init__(self,
                  options: Any,
