@@ -35,7 +35,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .. import _dtypes, _impl
 from .._args_parser import flattenTensors, rebuildStructure
 from ..errors import createPoptorchError
-from . import _inplace, _interception, _loss_check, rules
+from . import (_inplace, _integer_operands, _interception, _loss_check,
+               rules)
 from ._decompositions import TRACE_DECOMPOSITIONS
 from ._stack_traces import torch_frames_kept
 
@@ -209,7 +210,8 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                    params: Optional[Sequence[torch.Tensor]] = None,
                    buffers: Optional[Sequence[torch.Tensor]] = None,
                    excludes: Sequence[str] = (),
-                   on_op: Optional[Callable[[], None]] = None
+                   on_op: Optional[Callable[[], None]] = None,
+                   input_names: Optional[Sequence[str]] = None,
                    ) -> CapturedModel:
     """Traces ``module(*args, **kwargs)`` once into a :class:`CapturedModel`.
 
@@ -223,6 +225,7 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
             module's unique parameters/buffers (defaults: the module's own).
         excludes: path fragments never reported as the user's source line.
         on_op: called before each torch call the model makes while traced.
+        input_names: the input tensors' names in errors ("input <i>").
     """
     param_state = _collect_state(module, "parameter")
     buffer_state = _collect_state(module, "buffer")
@@ -232,7 +235,6 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
     for tensor in inputs:
         if tensor.numel() == 0:
             raise rules.zero_sized_error(tensor.shape)
-
     trace_params = [_trace_copy(p, training) for p in params]
     trace_buffers = [b.detach().clone() for b in buffers]
     trace_inputs = [t.detach().clone() for t in inputs]
@@ -250,7 +252,8 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         result["flat"] = flattenTensors(out)
         return list(result["flat"])
 
-    with _tracing_context(training, device, excludes, on_op):
+    with _tracing_context(training, device, excludes, on_op), \
+            _integer_operands.named(num_p + num_b, input_names):
         gm = make_fx(forward, decomposition_table=TRACE_DECOMPOSITIONS,
                      pre_dispatch=True, record_stack_traces=True)(
                          *trace_params, *trace_buffers, *trace_inputs)
