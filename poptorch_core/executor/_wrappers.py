@@ -9,7 +9,7 @@ from .._version import __version__
 from ..enums import ConnectionType
 from ..errors import createPoptorchError, public_call
 from ..options import Options
-from . import _host_sync
+from . import _host_sync, _saved_class
 from ._executor import PoplarExecutor
 from ._serialization import read_metadata
 
@@ -119,5 +119,13 @@ def load(filename: str,
         executor = trainingModel(model, options, optimizer)
     else:
         executor = inferenceModel(model, options)
-    executor.loadExecutable(filename)
+    record = data.get("model_class")
+    try:
+        executor.loadExecutable(filename)
+    except Exception as error:  # pylint: disable=broad-except
+        changed = _saved_class.load_failed(filename, record, model, error)
+        if changed is None:
+            raise
+        raise changed from None
+    _saved_class.warn_if_changed(filename, record, model)
     return executor
