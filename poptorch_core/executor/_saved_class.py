@@ -19,7 +19,7 @@ Example::
 """
 import hashlib
 import inspect
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -49,7 +49,16 @@ def fingerprint(model: torch.nn.Module) -> Dict[str, Any]:
     cls = type(model)
     return {"name": f"{cls.__module__}.{cls.__qualname__}",
             "source": _source_digest(cls),
-            "forward": _forward_signature(model)}
+            "forward": _forward_signature(model),
+            "parameters": _parameters(model)}
+
+
+def _parameters(model: torch.nn.Module) -> List[Tuple[str, Tuple[int, ...]]]:
+    # Shapes only: reading a training model's parameters would sync its
+    # stale host weights.
+    with torch._C.DisableTorchFunctionSubclass():
+        return [(name, tuple(param.shape)) for name, param in
+                model.named_parameters(remove_duplicate=False)]
 
 
 def changes(record: Optional[Dict[str, Any]],
@@ -108,3 +117,24 @@ def warn_if_changed(filename: str, record: Optional[Dict[str, Any]],
             "was saved (%s): the loaded model runs the class as defined now "
             "with the saved weights. Save it again if that is intended.",
             filename, record["name"], "; ".join(found))
+
+
+def warn_if_other_model(filename: str, record: Optional[Dict[str, Any]],
+                        model: torch.nn.Module) -> None:
+    """``loadExecutable`` of a file saved from another model: the
+    simulator re-traces this wrapper's model, so the file's model is not
+    what runs."""
+    if not record:
+        return
+    now = fingerprint(model)
+    if record["name"] == now["name"] and \
+            record.get("parameters", now["parameters"]) == now["parameters"]:
+        return
+    logger.warning(
+        "loadExecutable(%r): the file was saved from a %s, and this wrapper "
+        "holds a %s with %s parameters: the executable is compiled for this "
+        "wrapper's model and weights, not the file's. Use "
+        "poptorch.load(%r) to run the saved model.", filename,
+        record["name"], now["name"],
+        "the same" if record.get("parameters") == now["parameters"]
+        else "different", filename)

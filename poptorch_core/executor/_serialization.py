@@ -52,6 +52,7 @@ def save_executor(state: ExecutorState, filename: str, export_model: bool,
         "version": __version__,
         "executable_inputs": program.saved_inputs,
         "options": state.options,
+        "model_class": fingerprint(state.user_model),
     }
     if export_model:
         if state.training:
@@ -59,7 +60,6 @@ def save_executor(state: ExecutorState, filename: str, export_model: bool,
         optimizer = state.optimizer_link.optimizer \
             if state.optimizer_link is not None else None
         data.update(training=state.training, model=state.user_model,
-                    model_class=fingerprint(state.user_model),
                     optimizer=optimizer,
                     optimizer_state=optimizer.state_dict()
                     if optimizer is not None else None)
