@@ -19,10 +19,12 @@ for ever on a worker that nobody told to stop).
 """
 import atexit
 import dataclasses
+import io
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util  # noqa: F401  (its atexit hook must come first)
 import os
+import pickle
 import signal
 import time
 import weakref
@@ -36,7 +38,7 @@ from .._logging import logger
 from . import _protocol as P
 from ._worker import worker_main
 
-__all__ = ["WorkerDied", "WorkerProcess", "WorkerStalled"]
+__all__ = ["WorkerDied", "WorkerProcess", "WorkerStalled", "check_picklable"]
 
 _START_METHODS = {
     SharingStrategy.SharedMemory: ("spawn", None),
@@ -96,6 +98,47 @@ def _preload_torch_in_forkserver(context: Any) -> None:
         context.set_forkserver_preload(wanted)
 
 
+def _start_error(strategy: SharingStrategy, error: Exception) -> Exception:
+    return createPoptorchError(
+        "The AsynchronousDataAccessor could not start its worker process "
+        f"with SharingStrategy.{SharingStrategy(strategy).name}: {error}. "
+        "Except with SharingStrategy.Fork, the dataset is pickled to the "
+        "worker: make it picklable (no lambdas or local classes) or use "
+        "sharing_strategy=poptorch.SharingStrategy.Fork.")
+
+
+class _Discard(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        return len(data)
+
+
+class _PicklerWithoutTensors(pickle.Pickler):
+    """Pickles everything but tensor data: whether an object can be sent
+    to a worker, without copying its tensors."""
+
+    def persistent_id(self, obj: Any) -> Optional[int]:
+        if isinstance(obj, (torch.Tensor, torch.UntypedStorage,
+                            torch.TypedStorage)):
+            return id(obj)
+        return None
+
+
+def check_picklable(dataset: Any, strategy: SharingStrategy) -> None:
+    """Raises the error that starting a worker for ``dataset`` with
+    ``strategy`` would raise if it cannot be pickled (``Fork`` pickles
+    nothing)."""
+    if SharingStrategy(strategy) == SharingStrategy.Fork:
+        return
+    try:
+        _PicklerWithoutTensors(_Discard(), pickle.HIGHEST_PROTOCOL).dump(
+            dataset)
+    except Exception as error:  # pylint: disable=broad-except
+        raise _start_error(strategy, error) from None
+
+
 def _describe_exit(exitcode: Optional[int]) -> str:
     if exitcode is None:
         return "is not responding"
@@ -148,12 +191,7 @@ class WorkerProcess:
         except Exception as error:
             own_end.close()
             worker_end.close()
-            raise createPoptorchError(
-                "The AsynchronousDataAccessor could not start its worker "
-                f"process with {SharingStrategy(strategy)!s}: {error}. Except "
-                "with SharingStrategy.Fork, the dataset is pickled to the "
-                "worker: make it picklable (no lambdas or local classes) or "
-                "use sharing_strategy=poptorch.SharingStrategy.Fork.") from error
+            raise _start_error(strategy, error) from error
         # Only the worker may hold its end: end of file then means it died.
         worker_end.close()
         self._conn = own_end

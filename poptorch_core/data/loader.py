@@ -5,7 +5,6 @@ A PopTorch model consumes ``batch_size x D x (R / g) x G`` samples per call
 accumulation). This loader asks torch for batches of that combined size, so
 each item it yields is exactly one call's input.
 """
-import inspect
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -21,7 +20,8 @@ from ._placement import (PLACEMENT_ENV, WORKER_LOADING_EPOCHS,
                          WORKER_LOADING_SHARE, LoadingShare,
                          async_placement, available_cpus,
                          requested_placement)
-from .accessor import AsynchronousDataAccessor
+from ._inline import CheckedBatches
+from .accessor import AsynchronousDataAccessor, check_accessor_options
 
 __all__ = ["DataLoader"]
 
@@ -263,9 +263,8 @@ class DataLoader(torch.utils.data.DataLoader):
         elif async_placement() == "inline":
             # No CPU is free for a worker process (``_placement``): it would
             # slow the training step by more than the loading it takes over.
-            # The options are still checked, as the accessor would.
-            inspect.signature(AsynchronousDataAccessor).bind(
-                self, **async_options)
+            # What a worker would refuse is refused here too (``_inline``).
+            check_accessor_options(self, **async_options)
             # Only an automatic choice is revisited (``_inline_epoch``).
             automatic = requested_placement() == "auto"
             if automatic:
@@ -396,8 +395,10 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._combine_sampler_batches:
             batches = self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
-        if self._async_inline and self._async_may_move:
-            return self._inline_epoch(batches)
+        if self._async_inline:
+            batches = CheckedBatches(batches)
+            if self._async_may_move:
+                return self._inline_epoch(batches)
         return batches
 
     def _combine_batches(self, batches: Iterator[Any], num_batches: int,
