@@ -15,7 +15,7 @@ from . import _protocol as P
 from ._batching import count_batches, samples_per_epoch
 from ._layout import ElementLayout
 from ._process import (WorkerDied, WorkerProcess, WorkerStalled,
-                       check_picklable)
+                       WorkerStopped, check_picklable)
 
 __all__ = ["AsynchronousDataAccessor"]
 
@@ -275,10 +275,13 @@ class AsynchronousDataAccessor:
             self._started = True
 
     def _on_stall(self, stalled: WorkerStalled) -> None:
-        self._dead = (f"{stalled} The accessor stopped it. If loading one "
-                      "element really takes this long, pass a larger "
-                      "timeout (or None) to the AsynchronousDataAccessor "
-                      "(DataLoader: async_options={'timeout': ...}).")
+        fix = ("Leave the worker process running: resume a stopped one "
+               "(kill -CONT <pid>) within seconds." if isinstance(
+                   stalled, WorkerStopped) else
+               "If loading one element really takes this long, pass a "
+               "larger timeout (or None) to the AsynchronousDataAccessor "
+               "(DataLoader: async_options={'timeout': ...}).")
+        self._dead = f"{stalled} The accessor stopped it. {fix}"
         self.terminate()
         raise _fetcher_error(self._dead) from None
 
