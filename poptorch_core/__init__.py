@@ -40,6 +40,10 @@ from ._native import ipuHardwareVersion as _ipuHardwareVersion
 # inside their code. Not a PopTorch name, hence the underscore.
 from .tracing._library_code import \
     register_known_fixes as _registerKnownFixes
+# For plugins: the tracebacks of their refusals start at the user's call
+# (``errors.public_call``); not PopTorch names either.
+from .errors import public_call as _publicCall, \
+    public_class as _publicClass
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
