@@ -17,6 +17,8 @@ import functools
 import inspect
 import linecache
 import os
+import sysconfig
+import types
 from typing import Any, Callable, Optional, TypeVar
 
 __all__ = ["Error", "RecoverableError", "UnrecoverableError",
@@ -92,6 +94,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The alias and the plugin raise PopTorch errors too.
 _PACKAGE_DIRS = tuple(os.path.join(_ROOT, name) + os.sep for name in
                       ("poptorch_core", "poptorch_geometric", "poptorch"))
+_LIBRARY_DIRS = tuple(sorted({
+    os.path.abspath(path) + os.sep for name in ("stdlib", "platstdlib",
+                                                "purelib", "platlib")
+    for path in [sysconfig.get_paths().get(name)] if path}))
 _RAISE_STATEMENTS = ("raise ", "raise(", "assert ")
 _Callable = TypeVar("_Callable", bound=Callable[..., Any])
 _Class = TypeVar("_Class", bound=type)
@@ -123,6 +129,43 @@ def raised_by_poptorch(error: BaseException) -> bool:
     return line.startswith(_RAISE_STATEMENTS)
 
 
+def _is_users(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return not (filename.startswith("<") or path.startswith(_PACKAGE_DIRS)
+                or path.startswith(_LIBRARY_DIRS))
+
+
+def _users_frames(tb: Optional[types.TracebackType]
+                  ) -> Optional[types.TracebackType]:
+    """``tb`` without the frames of PopTorch, libraries and Python's
+    own modules."""
+    kept = []
+    while tb is not None:
+        if _is_users(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    chain = None
+    for entry in reversed(kept):
+        chain = types.TracebackType(chain, entry.tb_frame, entry.tb_lasti,
+                                    entry.tb_lineno)
+    return chain
+
+
+def _trim(error: BaseException) -> BaseException:
+    """``error`` with a traceback that starts here; the exceptions it
+    chains (``raise ... from cause``) keep the user's frames only."""
+    seen = {id(error)}
+    chained = [error.__cause__, error.__context__]
+    while chained:
+        cause = chained.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        cause.__traceback__ = _users_frames(cause.__traceback__)
+        chained += [cause.__cause__, cause.__context__]
+    return error.with_traceback(None)
+
+
 def public_call(func: _Callable) -> _Callable:
     """Marks ``func`` as a call users make: the errors PopTorch raises on
     purpose below it get a traceback that starts at this call, as the
@@ -146,7 +189,7 @@ def public_call(func: _Callable) -> _Callable:
         except Exception as error:  # pylint: disable=broad-except
             if full_tracebacks() or not raised_by_poptorch(error):
                 raise
-            raise error.with_traceback(None)  # POPTORCH_FULL_TRACEBACKS=1: all frames
+            raise _trim(error)  # POPTORCH_FULL_TRACEBACKS=1: all frames
     return public_call_boundary  # type: ignore[return-value]
 
 

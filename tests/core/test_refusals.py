@@ -133,6 +133,14 @@ def _check(call, error, words):
     frames = _poptorch_frames(info.value)
     assert [f.name for f in frames] == ["public_call_boundary"], \
         traceback.format_tb(info.value.__traceback__)
+    # The exceptions it chains (a collate error, ...) show the user's
+    # frames only.
+    cause = info.value.__cause__ or info.value.__context__
+    while cause is not None:
+        for frame in traceback.extract_tb(cause.__traceback__):
+            assert not frame.filename.startswith(CORE_DIR) and \
+                "site-packages" not in frame.filename, frame
+        cause = cause.__cause__ or cause.__context__
 
 
 def _file(tmp_path, name, content):
