@@ -166,7 +166,9 @@ def _host_store(launch: Launch, timeout: datetime.timedelta) -> "dist.Store":
 
 def _register_rank(store: "dist.Store", launch: Launch) -> None:
     """Refuses a second process with this process's rank."""
-    key = f"{_STORE_PREFIX}/rank/{launch.rank}"
+    # A torchrun restart reuses the agent's store: count this attempt's.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = f"{_STORE_PREFIX}/{attempt}/rank/{launch.rank}"
     if store.add(key, 1) > 1:
         raise createPoptorchError(_duplicate_rank(launch, "another process"))
 
