@@ -4,11 +4,12 @@ The IPU has no 64-bit types: int64 becomes int32 and float64 becomes float32
 on the way in (inputs, parameters, buffers) and on the way out (outputs).
 A value that does not fit int32 is an error, never a silent wrap.
 """
-from typing import Optional
+from typing import Optional, Set
 
 import torch
 
 from ._impl import _cpp_error
+from ._logging import logger
 
 __all__: list = []
 
@@ -17,6 +18,7 @@ _SUPPORTED = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
 _DEMOTED = {torch.int64: torch.int32, torch.float64: torch.float32,
             torch.bfloat16: torch.float32}
 _INT32 = torch.iinfo(torch.int32)
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def ipu_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -58,6 +60,25 @@ def to_ipu(tensor: torch.Tensor, what: str,
     if dtype == tensor.dtype and (device is None or tensor.device == device):
         return tensor
     return tensor.to(device=device, dtype=dtype)
+
+
+def warn_if_overflowed(original: torch.Tensor, demoted: torch.Tensor,
+                       what: str, warned: Set[str]) -> None:
+    """Warns when float64 values beyond float32's range became infinities
+    on the way to the IPU, once for each input ``what`` names (``warned``
+    holds the names warned about)."""
+    if what in warned or not bool(demoted.isinf().any()):
+        return
+    overflowed = demoted.isinf() & original.to(demoted.device).isfinite()
+    if not bool(overflowed.any()):
+        return
+    warned.add(what)
+    value = original[overflowed.to(original.device)][0].item()
+    logger.warning(
+        "The input %s of dtype torch.float64 holds %g, beyond "
+        "torch.float32's range (+-%g): the IPU has no 64-bit floats, so it becomes inf there. "
+        "Scale the values into float32's range (or take their logarithm) "
+        "before the call.", what, value, _FLOAT32_MAX)
 
 
 def output_to_host(tensor: torch.Tensor, what: str) -> torch.Tensor:

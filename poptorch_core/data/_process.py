@@ -19,10 +19,12 @@ for ever on a worker that nobody told to stop).
 """
 import atexit
 import dataclasses
+import io
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util  # noqa: F401  (its atexit hook must come first)
 import os
+import pickle
 import signal
 import time
 import weakref
@@ -36,7 +38,8 @@ from .._logging import logger
 from . import _protocol as P
 from ._worker import worker_main
 
-__all__ = ["WorkerDied", "WorkerProcess", "WorkerStalled"]
+__all__ = ["WorkerDied", "WorkerProcess", "WorkerStalled", "WorkerStopped",
+           "check_picklable"]
 
 _START_METHODS = {
     SharingStrategy.SharedMemory: ("spawn", None),
@@ -46,6 +49,12 @@ _START_METHODS = {
 }
 # Bound on how long a dead worker goes unnoticed while the consumer waits.
 _LIVENESS_INTERVAL_S = 0.05
+# How often a waiting consumer reads the worker's state from the OS, and how
+# long a worker may stay stopped (SIGSTOP) before the consumer gives up on
+# it: a stopped or zombie worker sends nothing, and waiting out the timeout
+# (meant for a worker that runs, but slowly) would take minutes.
+_STATE_CHECK_INTERVAL_S = 0.25
+_STOPPED_GRACE_S = 1.0
 # A worker finishes the element it is loading before it reads STOP.
 _STOP_GRACE_S = 5.0
 _KILL_GRACE_S = 2.0
@@ -61,6 +70,10 @@ class WorkerStalled(Exception):
     """The worker process sent nothing for longer than the timeout."""
 
 
+class WorkerStopped(WorkerStalled):
+    """The worker process is stopped (SIGSTOP): it cannot send anything."""
+
+
 _PROCESS_STATES = {
     "R": "running (busy, e.g. in the dataset's __getitem__)",
     "S": "sleeping (waiting on a lock, I/O or another process)",
@@ -71,14 +84,23 @@ _PROCESS_STATES = {
 }
 
 
-def describe_process_state(pid: int) -> str:
-    """What the OS says process ``pid`` is doing, in words (Linux; other
-    systems give "in an unknown state")."""
+def process_state(pid: int) -> Optional[str]:
+    """The OS's one-letter state of process ``pid`` (``"R"``, ``"S"``,
+    ``"T"``, ``"Z"``, ...), or None where it cannot be read (not Linux, or
+    the process is gone)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             # The command name may hold spaces: the state follows its ")".
-            state = f.read().rpartition(")")[2].split()[0]
+            return f.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
+        return None
+
+
+def describe_process_state(pid: int) -> str:
+    """What the OS says process ``pid`` is doing, in words (Linux; other
+    systems give "in an unknown state")."""
+    state = process_state(pid)
+    if state is None:
         return "in an unknown state"
     return _PROCESS_STATES.get(state, f"in state {state!r}")
 
@@ -94,6 +116,47 @@ def _preload_torch_in_forkserver(context: Any) -> None:
                         if m not in current]
     if wanted != current:
         context.set_forkserver_preload(wanted)
+
+
+def _start_error(strategy: SharingStrategy, error: Exception) -> Exception:
+    return createPoptorchError(
+        "The AsynchronousDataAccessor could not start its worker process "
+        f"with SharingStrategy.{SharingStrategy(strategy).name}: {error}. "
+        "Except with SharingStrategy.Fork, the dataset is pickled to the "
+        "worker: make it picklable (no lambdas or local classes) or use "
+        "sharing_strategy=poptorch.SharingStrategy.Fork.")
+
+
+class _Discard(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        return len(data)
+
+
+class _PicklerWithoutTensors(pickle.Pickler):
+    """Pickles everything but tensor data: whether an object can be sent
+    to a worker, without copying its tensors."""
+
+    def persistent_id(self, obj: Any) -> Optional[int]:
+        if isinstance(obj, (torch.Tensor, torch.UntypedStorage,
+                            torch.TypedStorage)):
+            return id(obj)
+        return None
+
+
+def check_picklable(dataset: Any, strategy: SharingStrategy) -> None:
+    """Raises the error that starting a worker for ``dataset`` with
+    ``strategy`` would raise if it cannot be pickled (``Fork`` pickles
+    nothing)."""
+    if SharingStrategy(strategy) == SharingStrategy.Fork:
+        return
+    try:
+        _PicklerWithoutTensors(_Discard(), pickle.HIGHEST_PROTOCOL).dump(
+            dataset)
+    except Exception as error:  # pylint: disable=broad-except
+        raise _start_error(strategy, error) from None
 
 
 def _describe_exit(exitcode: Optional[int]) -> str:
@@ -148,12 +211,7 @@ class WorkerProcess:
         except Exception as error:
             own_end.close()
             worker_end.close()
-            raise createPoptorchError(
-                "The AsynchronousDataAccessor could not start its worker "
-                f"process with {SharingStrategy(strategy)!s}: {error}. Except "
-                "with SharingStrategy.Fork, the dataset is pickled to the "
-                "worker: make it picklable (no lambdas or local classes) or "
-                "use sharing_strategy=poptorch.SharingStrategy.Fork.") from error
+            raise _start_error(strategy, error) from error
         # Only the worker may hold its end: end of file then means it died.
         worker_end.close()
         self._conn = own_end
@@ -176,6 +234,7 @@ class WorkerProcess:
         :class:`WorkerStalled` if nothing comes within ``timeout`` seconds
         (None: wait as long as the worker lives)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        watch = _StateWatch(self.pid)
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 raise WorkerStalled(
@@ -188,13 +247,17 @@ class WorkerProcess:
             except (EOFError, OSError):
                 raise self._died() from None
             # The pipe can outlive the worker in its own children (a torch
-            # DataLoader's workers), so end of file alone is not enough.
-            if self._has_exited(0) and not self._conn.poll(0):
-                raise self._died()
+            # DataLoader's workers), so end of file alone is not enough:
+            # an unreaped worker is a zombie, still "alive" to multiprocessing
+            # while its children hold the pipe and its sentinel.
+            if (self._has_exited(0) or watch.zombie()) and \
+                    not self._conn.poll(0):
+                raise self._died(grace=0.0)
+            watch.raise_if_stopped()
 
-    def _died(self) -> WorkerDied:
+    def _died(self, grace: float = _KILL_GRACE_S) -> WorkerDied:
         # A worker that closed its pipe is about to exit: give it a moment.
-        self._has_exited(_KILL_GRACE_S)
+        self._has_exited(grace)
         self._reap()
         return WorkerDied(f"The worker process (pid {self.pid}) "
                           f"{_describe_exit(self._process.exitcode)}.")
@@ -208,7 +271,8 @@ class WorkerProcess:
             return
         self._stopped = True
         _running.discard(self)
-        if not self._reaped:
+        # A stopped or zombie worker cannot act on STOP or SIGTERM.
+        if not self._reaped and process_state(self.pid) not in ("T", "Z"):
             try:
                 self._conn.send((P.STOP,))
             except (OSError, ValueError):
@@ -220,6 +284,7 @@ class WorkerProcess:
                     _STOP_GRACE_S)
                 self._signal_group(signal.SIGTERM)
                 self._has_exited(_KILL_GRACE_S)
+        if not self._reaped:
             self._reap()
         self._conn.close()
 
@@ -255,6 +320,42 @@ class WorkerProcess:
     def __del__(self):
         if hasattr(self, "_stopped"):
             self.stop()
+
+
+class _StateWatch:
+    """Reads a waited-on worker's state from the OS every
+    ``_STATE_CHECK_INTERVAL_S``: a zombie has exited, and one stopped for
+    ``_STOPPED_GRACE_S`` is given up on (a worker stopped by a debugger,
+    state ``t``, is left alone)."""
+
+    def __init__(self, pid: int):
+        self._pid = pid
+        self._next_check = time.monotonic() + _STATE_CHECK_INTERVAL_S
+        self._state: Optional[str] = None
+        self._stopped_since: Optional[float] = None
+
+    def _read(self) -> Optional[str]:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + _STATE_CHECK_INTERVAL_S
+            self._state = process_state(self._pid)
+            if self._state != "T":
+                self._stopped_since = None
+            elif self._stopped_since is None:
+                self._stopped_since = now
+        return self._state
+
+    def zombie(self) -> bool:
+        return self._read() == "Z"
+
+    def raise_if_stopped(self) -> None:
+        if self._read() != "T" or self._stopped_since is None:
+            return
+        stopped_for = time.monotonic() - self._stopped_since
+        if stopped_for >= _STOPPED_GRACE_S:
+            raise WorkerStopped(
+                f"The worker process (pid {self._pid}) has been stopped "
+                f"(SIGSTOP) for {stopped_for:.1f} s, so it loads nothing.")
 
 
 def _stop_all() -> None:

@@ -3,17 +3,19 @@
 The worker fills a ring of shared-memory buffers while the consumer (the
 training loop) uses the previous element, so data loading overlaps compute.
 """
+import inspect
 import pickle
 from typing import Any, Optional
 
 import torch
 
 from ..enums import SharingStrategy
-from ..errors import Error, createPoptorchError
+from ..errors import Error, createPoptorchError, public_class
 from . import _protocol as P
 from ._batching import count_batches, samples_per_epoch
 from ._layout import ElementLayout
-from ._process import WorkerDied, WorkerProcess, WorkerStalled
+from ._process import (WorkerDied, WorkerProcess, WorkerStalled,
+                       WorkerStopped, check_picklable)
 
 __all__ = ["AsynchronousDataAccessor"]
 
@@ -40,6 +42,55 @@ def _fetcher_error(detail: str) -> _DataFetcherError:
                              "poptorch_py_error")
 
 
+def _check_options(buffer_size: Any, miss_sleep_time_in_ms: Any,
+                   sharing_strategy: Any, rebatched_size: Any,
+                   timeout: Any) -> None:
+    """The accessor's argument checks (see its docstring)."""
+    if not isinstance(buffer_size, int) or buffer_size < 1:
+        raise ValueError(
+            f"buffer_size must be a positive integer, got {buffer_size!r}")
+    if not isinstance(miss_sleep_time_in_ms, (int, float)) \
+            or miss_sleep_time_in_ms < 0:
+        raise ValueError("miss_sleep_time_in_ms must be a non-negative "
+                         f"number, got {miss_sleep_time_in_ms!r}")
+    if sharing_strategy not in list(SharingStrategy):
+        raise ValueError(
+            f"Unknown sharing_strategy {sharing_strategy!r}: use one of "
+            f"{[str(s) for s in SharingStrategy]}")
+    if timeout is not None and (
+            not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError("timeout must be a positive number of seconds "
+                         f"or None (wait for ever), got {timeout!r}")
+    if rebatched_size is not None:
+        if not (isinstance(rebatched_size, int) and rebatched_size > 1):
+            raise AssertionError(
+                f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
+                " (use None to keep the dataset's batches)")
+
+
+def check_accessor_options(dataset: Any, **options: Any) -> None:
+    """Checks ``AsynchronousDataAccessor(dataset, **options)``'s arguments,
+    and that the worker process could receive ``dataset``, without starting
+    one: what an Async loader that loads in this process checks, so that
+    it refuses what a worker would refuse."""
+    bound = inspect.signature(AsynchronousDataAccessor).bind(dataset,
+                                                             **options)
+    bound.apply_defaults()
+    values = bound.arguments
+    _check_options(values["buffer_size"], values["miss_sleep_time_in_ms"],
+                   values["sharing_strategy"], values["rebatched_size"],
+                   values["timeout"])
+    check_picklable(dataset, values["sharing_strategy"])
+
+
+def loading_error(first: bool, details: str) -> Error:
+    """The error for a failure to load an element: the first one (the
+    worker could not start serving) or a later one."""
+    if first:
+        return createPoptorchError(f"{_START_FAILED}\n{details}")
+    return _fetcher_error(details)
+
+
 def _load_exception(pickled: Optional[bytes]) -> Optional[BaseException]:
     """The worker's exception, if this process can rebuild it (its class
     may not be importable here); its text is in the error message anyway."""
@@ -59,6 +110,7 @@ def _is_poptorch_loader(dataset: Any) -> bool:
         hasattr(type(dataset), "combinedBatchSize")
 
 
+@public_class
 class AsynchronousDataAccessor:
     """Iterates ``dataset`` in a worker process that loads ahead of the
     consumer into a ring of ``buffer_size`` shared-memory slots.
@@ -123,27 +175,9 @@ class AsynchronousDataAccessor:
                  timeout: Optional[float] = DEFAULT_TIMEOUT_S):
         self._worker: Optional[WorkerProcess] = None
         self._internal: bool = getattr(self, "_internal", False)
-        if not isinstance(buffer_size, int) or buffer_size < 1:
-            raise ValueError(
-                f"buffer_size must be a positive integer, got {buffer_size!r}")
-        if not isinstance(miss_sleep_time_in_ms, (int, float)) \
-                or miss_sleep_time_in_ms < 0:
-            raise ValueError("miss_sleep_time_in_ms must be a non-negative "
-                             f"number, got {miss_sleep_time_in_ms!r}")
-        if sharing_strategy not in list(SharingStrategy):
-            raise ValueError(
-                f"Unknown sharing_strategy {sharing_strategy!r}: use one of "
-                f"{[str(s) for s in SharingStrategy]}")
-        if timeout is not None and (
-                not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise ValueError("timeout must be a positive number of seconds "
-                             f"or None (wait for ever), got {timeout!r}")
+        _check_options(buffer_size, miss_sleep_time_in_ms, sharing_strategy,
+                       rebatched_size, timeout)
         self._timeout = timeout
-        if rebatched_size is not None:
-            if not (isinstance(rebatched_size, int) and rebatched_size > 1):
-                raise AssertionError(
-                    f"rebatched_size must be an integer > 1, got {rebatched_size!r}"
-                    " (use None to keep the dataset's batches)")
         self._drop_last = self._check_dataset(dataset, rebatched_size)
         self._dataset = dataset
         self._rebatched_size = rebatched_size
@@ -203,7 +237,7 @@ class AsynchronousDataAccessor:
             message = self._worker.receive(self._timeout)
         except WorkerDied as died:
             self.terminate()
-            raise createPoptorchError(f"{_START_FAILED}\n{died}") from None
+            raise loading_error(True, str(died)) from None
         except WorkerStalled as stalled:
             self._on_stall(stalled)
         if message[0] == P.EMPTY:
@@ -211,8 +245,7 @@ class AsynchronousDataAccessor:
             raise createPoptorchError("The Dataset is empty")
         if message[0] == P.SETUP_FAILED:
             self.terminate()
-            raise createPoptorchError(
-                f"{_START_FAILED}\n{message[1].describe()}")
+            raise loading_error(True, message[1].describe())
         _, template, slots = message
         return ElementLayout(template, rebatched_size), slots
 
@@ -242,10 +275,13 @@ class AsynchronousDataAccessor:
             self._started = True
 
     def _on_stall(self, stalled: WorkerStalled) -> None:
-        self._dead = (f"{stalled} The accessor stopped it. If loading one "
-                      "element really takes this long, pass a larger "
-                      "timeout (or None) to the AsynchronousDataAccessor "
-                      "(DataLoader: async_options={'timeout': ...}).")
+        fix = ("Leave the worker process running: resume a stopped one "
+               "(kill -CONT <pid>) within seconds." if isinstance(
+                   stalled, WorkerStopped) else
+               "If loading one element really takes this long, pass a "
+               "larger timeout (or None) to the AsynchronousDataAccessor "
+               "(DataLoader: async_options={'timeout': ...}).")
+        self._dead = f"{stalled} The accessor stopped it. {fix}"
         self.terminate()
         raise _fetcher_error(self._dead) from None
 

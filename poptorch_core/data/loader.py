@@ -5,14 +5,13 @@ A PopTorch model consumes ``batch_size x D x (R / g) x G`` samples per call
 accumulation). This loader asks torch for batches of that combined size, so
 each item it yields is exactly one call's input.
 """
-import inspect
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 
 from .._logging import logger
 from ..enums import DataLoaderMode
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_call, public_class
 from ..options import Options
 from ._batching import (combined_batch_generator, count_batches,
                         num_batches_to_combine, samples_per_epoch)
@@ -21,7 +20,8 @@ from ._placement import (PLACEMENT_ENV, WORKER_LOADING_EPOCHS,
                          WORKER_LOADING_SHARE, LoadingShare,
                          async_placement, available_cpus,
                          requested_placement)
-from .accessor import AsynchronousDataAccessor
+from ._inline import CheckedBatches
+from .accessor import AsynchronousDataAccessor, check_accessor_options
 
 __all__ = ["DataLoader"]
 
@@ -38,6 +38,7 @@ def _check_batch_sampler(batch_size: Optional[int], shuffle: Optional[bool],
             "auto_distributed_partitioning=True.")
 
 
+@public_class
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader whose batches are PopTorch host batches.
 
@@ -88,6 +89,20 @@ class DataLoader(torch.utils.data.DataLoader):
         >>> len(loader)    # 30 samples, the last 6 do not fill a batch
         2
     """
+
+    @public_call
+    def __new__(cls, *args: Any, **kwargs: Any) -> "DataLoader":
+        # Before __init__ binds the arguments: a dataset passed first would
+        # otherwise be reported as a missing dataset. Subclasses (PopTorch
+        # Geometric's loaders) have signatures of their own.
+        if cls is DataLoader and args and "dataset" not in kwargs and len(args) < 2 and \
+                not isinstance(args[0], Options):
+            raise AssertionError(
+                "poptorch.DataLoader takes the options first, then the "
+                f"dataset, and got a {type(args[0]).__name__} without "
+                "options: call poptorch.DataLoader(poptorch.Options(), "
+                "dataset, batch_size=...) with the options the model uses.")
+        return super().__new__(cls)
 
     def __init__(self,
                  options: Any,
@@ -248,9 +263,8 @@ class DataLoader(torch.utils.data.DataLoader):
         elif async_placement() == "inline":
             # No CPU is free for a worker process (``_placement``): it would
             # slow the training step by more than the loading it takes over.
-            # The options are still checked, as the accessor would.
-            inspect.signature(AsynchronousDataAccessor).bind(
-                self, **async_options)
+            # What a worker would refuse is refused here too (``_inline``).
+            check_accessor_options(self, **async_options)
             # Only an automatic choice is revisited (``_inline_epoch``).
             automatic = requested_placement() == "auto"
             if automatic:
@@ -381,8 +395,10 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._combine_sampler_batches:
             batches = self._combine_batches(
                 batches, self._num_batches_to_combine, self._drop_last)
-        if self._async_inline and self._async_may_move:
-            return self._inline_epoch(batches)
+        if self._async_inline:
+            batches = CheckedBatches(batches)
+            if self._async_may_move:
+                return self._inline_epoch(batches)
         return batches
 
     def _combine_batches(self, batches: Iterator[Any], num_batches: int,

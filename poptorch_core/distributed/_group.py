@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import datetime
 import os
+import socket
 import time
 from typing import Iterator, Optional
 
@@ -70,11 +71,17 @@ class ProcessGroup:
     def _rendezvous(self) -> "dist.Store":
         launch = self.launch
         try:
-            store, _, _ = next(dist.rendezvous(
-                f"tcp://{_host(launch.master_addr)}:{launch.master_port}",
-                rank=launch.rank, world_size=launch.world_size,
-                timeout=self._timeout()))
+            if launch.rank == 0 and not launch.agent_store:
+                store = _host_store(launch, self._timeout())
+            else:
+                store, _, _ = next(dist.rendezvous(
+                    f"tcp://{_host(launch.master_addr)}:{launch.master_port}",
+                    rank=launch.rank, world_size=launch.world_size,
+                    timeout=self._timeout()))
+            _register_rank(store, launch)
         except (RuntimeError, ValueError) as cause:
+            if "EADDRINUSE" in str(cause):
+                raise _address_in_use(launch) from None
             raise UnrecoverableError(
                 f"Distributed run: process {launch.rank} of "
                 f"{launch.world_size} could not meet the others at "
@@ -137,6 +144,61 @@ class ProcessGroup:
             return
         if self._owned and dist.is_initialized():
             dist.destroy_process_group()
+
+
+_HOST_KEY = f"{_STORE_PREFIX}/host"
+
+
+def _who() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+def _host_store(launch: Launch, timeout: datetime.timedelta) -> "dist.Store":
+    """Process 0's store. It does not wait for the others here (starting
+    the process group does), so that it can say at once who hosts it: a
+    second process that also calls itself process 0 reads that."""
+    store = dist.TCPStore(launch.master_addr, launch.master_port,
+                          launch.world_size, is_master=True, timeout=timeout,
+                          wait_for_workers=False, multi_tenant=True)
+    store.set(_HOST_KEY, _who())
+    return store
+
+
+def _register_rank(store: "dist.Store", launch: Launch) -> None:
+    """Refuses a second process with this process's rank."""
+    # A torchrun restart reuses the agent's store: count this attempt's.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = f"{_STORE_PREFIX}/{attempt}/rank/{launch.rank}"
+    if store.add(key, 1) > 1:
+        raise createPoptorchError(_duplicate_rank(launch, "another process"))
+
+
+def _duplicate_rank(launch: Launch, holder: str) -> str:
+    return (f"Distributed run: {holder} already joined the run at "
+            f"{launch.master_addr}:{launch.master_port} as rank "
+            f"{launch.rank}: two processes were given the same rank. Each of "
+            f"the {launch.world_size} processes needs its own rank, 0 to "
+            f"{launch.world_size - 1} (RANK or OMPI_COMM_WORLD_RANK, or "
+            "configureProcessId); torchrun and poprun number them for you.")
+
+
+def _address_in_use(launch: Launch) -> Error:
+    """Process 0 could not host the store: another process 0 of the run
+    hosts it, or another program uses the port."""
+    try:
+        probe = dist.TCPStore(launch.master_addr, launch.master_port,
+                              is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=min(
+                                  5.0, launch.timeout)))
+        if probe.check([_HOST_KEY]):
+            return UnrecoverableError(_duplicate_rank(
+                launch, probe.get(_HOST_KEY).decode()))
+    except (RuntimeError, ValueError):
+        pass
+    return UnrecoverableError(
+        f"Distributed run: process 0 cannot host the run at "
+        f"{launch.master_addr}:{launch.master_port}: another program uses "
+        "that port. Choose a free MASTER_PORT for every process.")
 
 
 _group: Optional[ProcessGroup] = None

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .._args_parser import getCustomParser
+from .._args_parser import flattenTensors, getCustomParser
 from ..errors import createPoptorchError
 
 __all__: list = []
@@ -90,6 +90,21 @@ class ArgsBinder:
                                      f"Allowed values are {allowed}")
             named.update(kwargs)
         return BoundArgs(positional, names, named)
+
+
+def flat_input_names(bound: BoundArgs) -> List[str]:
+    """A name for each tensor leaf of the bound arguments, in
+    ``flattenTensors`` order: the argument's name, and which of its
+    tensors for a container ("batch, tensor 1")."""
+    names: List[str] = []
+    for name, value in list(zip(bound.names, bound.positional)) + \
+            list(bound.named.items()):
+        if isinstance(value, torch.Tensor):
+            names.append(name)
+        else:
+            names += [f"{name}, tensor {j}"
+                      for j in range(len(flattenTensors(value)))]
+    return names
 
 
 # --- Input descriptions ------------------------------------------------------

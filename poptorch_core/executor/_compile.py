@@ -21,7 +21,7 @@ from ..ir._ir import executable_ir
 from ..options._validation import validate_backend_options
 from ..tracing import capture as _capture_mod
 from . import _pipeline, _replica_weights, _scale_out_hook
-from ._args import BoundArgs, InputSignature
+from ._args import BoundArgs, InputSignature, flat_input_names
 from ._batching import BatchLayout
 from ._device_state import DeviceRng, DeviceState
 from ._ipu_count import _ipus_to_reserve
@@ -108,7 +108,8 @@ def _capture(state: ExecutorState, bound: BoundArgs, layout: BatchLayout,
             device=device, params=device_state.replica_params(0),
             buffers=device_state.buffers(),
             excludes=opts.source_location_excludes, on_op=stamp,
-            call_inputs=flattenTensors(bound.as_structure()))
+            call_inputs=flattenTensors(bound.as_structure()),
+            input_names=flat_input_names(bound))
     strategy = opts.execution_strategy
     placement = _pipeline.resolve(strategy, tracker.seen_blocks(),
                                   stamp.blocks)
@@ -180,6 +181,7 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
         reduction=opts.Training.accumulation_and_replication_reduction_type,
         output_aliases=[_may_alias(n) for n in output_node.args[0]],
         saved_inputs=_saved_inputs(bound),
+        input_names=flat_input_names(bound),
         keep_gradients=any(a.long_name.startswith("Gradient___")
                            for a in opts.anchors.values()),
         wide_inputs=_wide_int64_inputs(host_graph, bound, captured.num_inputs),

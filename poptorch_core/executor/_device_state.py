@@ -7,7 +7,7 @@ float32, int64 as int32). Per-replica buffers exist when buffers are not
 broadcast between replicas.
 """
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -63,6 +63,8 @@ class DeviceState:
         #: Parameter index -> its replica grouping (``_replica_weights``):
         #: the device tensor holds one copy per group.
         self.grouped: Dict[int, Any] = {}
+        self._host_marks = self._marks()
+        self._edit_warned = False
 
     def group_weights(self, grouped: Dict[int, Any]) -> None:
         """Holds the parameters of ``grouped`` as one copy per group."""
@@ -108,6 +110,7 @@ class DeviceState:
                 for buffers in self.replica_buffers:
                     _copy_into(buffers[i], self.host_buffers[i],
                                self._names[num_p + i])
+        self._host_marks = self._marks()
 
     def copy_to_host(self) -> None:
         """Device -> host (the first replica's buffers)."""
@@ -120,6 +123,36 @@ class DeviceState:
                     self.grouped[i].to_host(dev, host)
                 else:
                     host.data.copy_(dev.detach())
+        self._host_marks = self._marks()
+
+    # --- Host edits ---------------------------------------------------------
+    def _marks(self) -> List[Tuple[int, int]]:
+        # In-place edits bump a tensor's version and assigning .data moves
+        # its storage; an edit through .data (p.data.fill_) shows in neither.
+        # Reading them must not sync a training model's stale host weights.
+        with torch._C.DisableTorchFunctionSubclass():
+            return [(t.data_ptr(), t._version)
+                    for t in self.host_params + self.host_buffers]
+
+    def warn_if_host_edited(self) -> None:
+        """Warns once when the host weights changed since they were last
+        copied either way: PopTorch sends them to the device only when
+        asked to, so the device keeps computing with its own copy."""
+        if self._edit_warned:
+            return
+        marks = self._marks()
+        if marks == self._host_marks:
+            return
+        self._edit_warned = True
+        edited = [name for name, old, new in zip(
+            self._names, self._host_marks, marks) if old != new]
+        logger.warning(
+            "The host copy of %s changed after the model was compiled (or "
+            "its weights were last copied): PopTorch does not send host "
+            "edits to the IPU by itself, so this call uses the weights on "
+            "the device. Call model.copyWeightsToDevice() to apply the "
+            "edits.", ", ".join(edited[:3]) +
+            (f" and {len(edited) - 3} more" if len(edited) > 3 else ""))
 
 
 class DeviceRng:

@@ -23,11 +23,11 @@ from .._logging import logger
 from .._printing import module_repr
 from ..annotations import PipelinedExecution, ShardedExecution
 from ..enums import ConnectionType, OutputMode
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_class
 from ..ir import Ir
 from ..optim import SGD
 from ..options import Options
-from . import _anchors, _host_sync, _serialization
+from . import _anchors, _host_sync, _saved_class, _serialization
 from ._args import ArgsBinder, BoundArgs
 from ._compile import build_program
 from ._compile_progress import CompilationProgress
@@ -103,6 +103,7 @@ def _check_inference_options(options: Options) -> None:
     raise createPoptorchError(msg)
 
 
+@public_class
 class PoplarExecutor:
     """A model wrapped by :func:`trainingModel` or :func:`inferenceModel`.
 
@@ -271,6 +272,8 @@ class PoplarExecutor:
         """Loads an executable saved by :meth:`save` for this model: the
         model is compiled for the inputs stored in the file."""
         data = _serialization.read_metadata(filename)
+        _saved_class.warn_if_other_model(filename, data.get("model_class"),
+                                         self._state.user_model)
         positional, named = data["executable_inputs"]
         self._state.program, self._state.attached = None, False
         self.compile(*positional, **named)
@@ -300,6 +303,7 @@ class PoplarExecutor:
         if not state.training:
             self._follow_trained_weights()
         program = state.program
+        program.state.warn_if_host_edited()
         program.signature.validate(bound)
         if state.options.popartOption("instrumentWithHardwareCycleCounter"):
             # PopTorch's backend: no cycle counters without hardware.

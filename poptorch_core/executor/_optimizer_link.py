@@ -8,7 +8,7 @@ attach; the optimizer state (moments, ...) is read back lazily through the
 host optimizer's ``state_dict()`` and written to the device after
 ``load_state_dict``.
 """
-from typing import Any, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 
@@ -25,6 +25,16 @@ __all__: list = []
 
 def _is_poptorch_optimizer(optimizer: Any) -> bool:
     return isinstance(optimizer, Optimizer)
+
+
+def _hyper_parameters(optimizer: torch.optim.Optimizer) -> List[Dict[str, Any]]:
+    """Each parameter group's settings, comparable with ``==``."""
+    def comparable(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return tuple(value.detach().flatten().tolist())
+        return value
+    return [{key: comparable(value) for key, value in group.items()
+             if key != "params"} for group in optimizer.param_groups]
 
 
 class LinkOwner(Protocol):
@@ -54,6 +64,9 @@ class OptimizerLink:
             optimizer, self._tracker, owner.options, False)
         self._tracker.enableChecks()
         self._instrument(optimizer)
+        #: The groups' settings the device last received (``_uploaded``).
+        self._uploaded: Optional[List[Dict[str, Any]]] = None
+        self._edit_warned = False
 
     @property
     def _compiled(self) -> bool:
@@ -93,7 +106,7 @@ class OptimizerLink:
         """Uploads the hyper-parameters, and the state if the host optimizer
         holds one (e.g. from a checkpoint)."""
         optimizer = self.optimizer
-        self.device_optimizer.update_from_host(optimizer)
+        self._upload(optimizer)
         if not _is_poptorch_optimizer(optimizer):
             return
         if optimizer.has_state():
@@ -101,8 +114,36 @@ class OptimizerLink:
         else:
             optimizer.host_state_is_dirty = True
 
+    def _upload(self, optimizer: torch.optim.Optimizer) -> None:
+        self.device_optimizer.update_from_host(optimizer)
+        self._uploaded = _hyper_parameters(optimizer)
+
+    def _warn_if_edited(self) -> None:
+        """Warns once when a group's settings changed since the device
+        received them: PopTorch reads them only in ``setOptimizer``."""
+        if self._edit_warned or self._uploaded is None:
+            return
+        now = _hyper_parameters(self.optimizer)
+        if now == self._uploaded:
+            return
+        self._edit_warned = True
+        index, key, old, new = next(
+            (i, k, before.get(k), after.get(k))
+            for i, (before, after) in enumerate(zip(self._uploaded, now))
+            for k in {**before, **after} if before.get(k) != after.get(k)) \
+            if len(now) == len(self._uploaded) else \
+            (0, "groups", len(self._uploaded), len(now))
+        logger.warning(
+            "optimizer.param_groups[%d][%r] changed from %r to %r after the "
+            "optimizer was given to the model: PopTorch sends optimizer "
+            "changes (an LR scheduler's step too) to the IPU only in "
+            "training_model.setOptimizer(optimizer), so this call still "
+            "uses %r. Call setOptimizer after each change.", index, key, old,
+            new, old)
+
     # --- Runs ---------------------------------------------------------------
     def before_run(self) -> None:
+        self._warn_if_edited()
         optimizer = self.optimizer
         if _is_poptorch_optimizer(optimizer) and optimizer.ipu_state_is_dirty:
             # The weights the state belongs to must reach the host first.
@@ -168,7 +209,8 @@ class OptimizerLink:
             return
         if changed or optimizer is not old:
             logger.debug("Updating group 0 optimizer ...")
-            self.device_optimizer.update_from_host(optimizer)
+            self._upload(optimizer)
+        self._uploaded = _hyper_parameters(optimizer)
         if self._owner.attached and \
                 _is_poptorch_optimizer(optimizer) and \
                 optimizer.ipu_state_is_dirty:

@@ -17,7 +17,7 @@ takes no optimizer step, as an eager loop that never saw those batches.
 import contextlib
 import dataclasses
 from typing import (Any, Callable, Dict, FrozenSet, List, Optional,
-                    Sequence)
+                    Sequence, Set)
 
 import torch
 
@@ -83,6 +83,10 @@ class Program:
     uses_rng: bool = True
     #: The full-batch inputs of the compilation, ``(positional, named)``.
     saved_inputs: Any = None
+    #: The forward's name for each input tensor (``flat_input_names``).
+    input_names: List[str] = dataclasses.field(default_factory=list)
+    #: Inputs already warned about for float64 values beyond float32.
+    overflow_warned: Set[str] = dataclasses.field(default_factory=set)
     #: Keep the reduced gradients of the last optimizer step (for
     #: ``Gradient___<name>`` anchors).
     keep_gradients: bool = False
@@ -120,6 +124,10 @@ class Program:
                                       self.state.device,
                                       keep_int64=i in self.wide_inputs
                                       ).contiguous())
+            if tensor.dtype == torch.float64:
+                _dtypes.warn_if_overflowed(tensor, out[-1], repr(
+                    self.input_names[i]) if i < len(self.input_names) else
+                    str(i), self.overflow_warned)
         return out
 
     # --- Running ------------------------------------------------------------

@@ -23,6 +23,7 @@ from .._files import atomic_write
 from .._logging import logger
 from .._version import __version__
 from ..errors import createPoptorchError
+from ._saved_class import fingerprint
 from ._state import ExecutorState
 
 __all__: list = []
@@ -51,6 +52,7 @@ def save_executor(state: ExecutorState, filename: str, export_model: bool,
         "version": __version__,
         "executable_inputs": program.saved_inputs,
         "options": state.options,
+        "model_class": fingerprint(state.user_model),
     }
     if export_model:
         if state.training:
@@ -106,6 +108,11 @@ def read_metadata(filename: str) -> Dict[str, Any]:
         raise invalid("the file is corrupted (checksum mismatch)")
     try:
         data = torch.load(io.BytesIO(payload), weights_only=False)
+    except (AttributeError, ImportError) as error:
+        raise invalid(
+            f"its content cannot be loaded ({error}): the saved model's "
+            "class cannot be found. Import or define it, under the same "
+            "module and name, before loading the file.") from None
     except Exception as error:  # noqa: BLE001 (any unpickling failure)
         raise invalid(f"its content cannot be loaded ({error})") from error
     if data.get("version") != __version__:

@@ -7,9 +7,9 @@ import torch
 
 from .._version import __version__
 from ..enums import ConnectionType
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_call
 from ..options import Options
-from . import _host_sync
+from . import _host_sync, _saved_class
 from ._executor import PoplarExecutor
 from ._serialization import read_metadata
 
@@ -25,6 +25,7 @@ def _unwrap_executor(model):
     return model
 
 
+@public_call
 def trainingModel(model: torch.nn.Module, options: Optional[Options] = None,
                   optimizer: Optional[torch.optim.Optimizer] = None
                   ) -> PoplarExecutor:
@@ -58,6 +59,7 @@ def trainingModel(model: torch.nn.Module, options: Optional[Options] = None,
                           optimizer, user_model=model)
 
 
+@public_call
 def inferenceModel(model: torch.nn.Module,
                    options: Optional[Options] = None) -> PoplarExecutor:
     """Wraps ``model`` to run inference on the simulated IPU.
@@ -76,6 +78,7 @@ def inferenceModel(model: torch.nn.Module,
                           user_model=model)
 
 
+@public_call
 def load(filename: str,
          edit_opts_fn: Optional[Callable[[Options], None]] = None
          ) -> PoplarExecutor:
@@ -116,5 +119,13 @@ def load(filename: str,
         executor = trainingModel(model, options, optimizer)
     else:
         executor = inferenceModel(model, options)
-    executor.loadExecutable(filename)
+    record = data.get("model_class")
+    try:
+        executor.loadExecutable(filename)
+    except Exception as error:  # pylint: disable=broad-except
+        changed = _saved_class.load_failed(filename, record, model, error)
+        if changed is None:
+            raise
+        raise changed from None
+    _saved_class.warn_if_changed(filename, record, model)
     return executor

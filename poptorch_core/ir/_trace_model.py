@@ -5,13 +5,14 @@ import torch
 
 from .. import _dtypes
 from .._args_parser import flattenTensors
-from ..errors import createPoptorchError
+from ..errors import createPoptorchError, public_call
 from ..tracing.capture import capture_module, ipu_arguments, module_state
 from ._ir import Ir
 
 __all__ = ["traceModel"]
 
 
+@public_call
 def traceModel(model: torch.nn.Module, *args: Any, training: bool = False,
                options: Optional[Any] = None, **kwargs: Any) -> Ir:
     """Traces ``model(*args, **kwargs)`` as PopTorch compiles it and returns

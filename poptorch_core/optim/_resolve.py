@@ -85,6 +85,15 @@ def resolve_optimizer(optimizer: torch.optim.Optimizer) -> ResolvedOptimizer:
 
 def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
     """The device optimizer type for ``optimizer`` (PopTorch's mapping)."""
+    if isinstance(optimizer, type):
+        package = {"torch": "torch.optim.", "poptorch_core":
+                   "poptorch.optim."}.get(optimizer.__module__.split(".")[0],
+                                          "")
+        name = package + optimizer.__name__
+        raise TypeError(
+            f"optimizer is the class {name}, not an optimizer: create one "
+            f"for the model's parameters, e.g. {name}(model.parameters(), "
+            "lr=0.01), and pass that.")
     if isinstance(optimizer, torch.optim.SGD):
         if getattr(optimizer, "use_combined_accum",
                    EXTRA_DEFAULTS["use_combined_accum"]):

@@ -13,14 +13,19 @@ arguments; ``"EnumName.Member"`` strings become ``poptorch`` enums)::
     {"deviceIterations": 4, "outputMode": "OutputMode.All",
      "Simulator.backend": "compile"}
 """
+import contextlib
+import difflib
+import enum
 import json
 import os
 import types
-from typing import Any, List, Tuple
+import warnings
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 
 from .. import enums
+from .._logging import logger
 
 __all__ = ["ConfigFileError"]
 
@@ -50,37 +55,113 @@ def _option_values() -> types.SimpleNamespace:
     return types.SimpleNamespace(**names)
 
 
+def _read_text(filepath: str, name: str) -> str:
+    try:
+        with open(filepath, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as err:
+        raise ConfigFileError(
+            f"{name} is not a text file (byte {err.object[err.start]:#04x} "
+            f"at offset {err.start} is not UTF-8): loadFromFile reads a "
+            "text file of setter calls, one per line, such as "
+            "deviceIterations(4)") from None
+
+
+def _as_setter_lines(values: Dict[str, Any]) -> List[str]:
+    """JSON options written as config-file lines."""
+    def literal(value: Any) -> str:
+        converted = _convert_value(value)
+        if isinstance(converted, enum.Enum):
+            return f"poptorch.{type(converted).__name__}.{converted.name}"
+        if isinstance(converted, torch.dtype):
+            return str(converted)
+        return repr(value)
+
+    return [f"{key}({', '.join(map(literal, value if isinstance(value, list) else [value]))})"
+            for key, value in values.items()]
+
+
+def _refuse_json(text: str, name: str) -> None:
+    """A JSON object given to ``loadFromFile``: say how to apply it."""
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return
+    if not isinstance(values, dict):
+        return
+    try:
+        lines = "\n".join(f"  {line}" for line in _as_setter_lines(values))
+    except ValueError:
+        lines = "  deviceIterations(4)"
+    raise ConfigFileError(
+        f"{name} holds JSON, but loadFromFile reads one setter call per "
+        "line, written as it would follow 'options.'. Apply JSON with "
+        f"options.from_json(open({name!r}).read()) (or the "
+        "POPTORCH_DEFAULT_OPTIONS environment variable), or write the file "
+        f"as:\n{lines}")
+
+
 def load_from_file(options: Any, filepath: str) -> None:
     """Runs each setter line of ``filepath`` on ``options``.
 
     Every line is compiled before any is run, so a file with a syntax error
-    changes nothing. ``poptorch`` and ``torch`` are in scope. The line
-    number in a :class:`ConfigFileError` is the line's number in the file
-    (upstream counted only the non-empty lines).
+    changes nothing, and the lines are tried on a copy of the options first,
+    so a line that fails changes nothing either. ``poptorch`` and ``torch``
+    are in scope. The line number in a :class:`ConfigFileError` is the
+    line's number in the file (upstream counted only the non-empty lines).
     """
     name = os.path.basename(filepath)
+    text = _read_text(filepath, name)
     compiled: List[Tuple[int, str, Any]] = []
-    with open(filepath, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            try:
-                code = compile("options." + stripped,
-                               f"{name}:{lineno}", "exec")
-            except SyntaxError as err:
-                raise ConfigFileError(
-                    f"SyntaxError at line {lineno} of {name}: "
-                    f"{err.msg}\n> {stripped}") from None
-            compiled.append((lineno, stripped, code))
-    scope = {"poptorch": _option_values(), "torch": torch, "options": options}
-    for lineno, stripped, code in compiled:
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
         try:
-            exec(code, scope)  # pylint: disable=exec-used
-        except Exception as err:
-            _add_context(err, f"while applying line {lineno} of {name}: "
-                         f"{stripped}")
-            raise
+            code = compile("options." + stripped,
+                           f"{name}:{lineno}", "exec")
+        except SyntaxError as err:
+            _refuse_json(text, name)
+            raise ConfigFileError(
+                f"SyntaxError at line {lineno} of {name}: "
+                f"{err.msg}\n> {stripped}") from None
+        compiled.append((lineno, stripped, code))
+    values = _option_values()
+
+    def apply(target: Any) -> None:
+        scope = {"poptorch": values, "torch": torch, "options": target}
+        for lineno, stripped, code in compiled:
+            try:
+                exec(code, scope)  # pylint: disable=exec-used
+            except Exception as err:
+                _add_context(err, f"while applying line {lineno} of {name}: "
+                             f"{stripped}")
+                raise
+
+    apply_all_or_nothing(options, apply)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No log records or warnings (a trial run repeats them otherwise)."""
+    was_disabled, logger.disabled = logger.disabled, True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.disabled = was_disabled
+
+
+def apply_all_or_nothing(options: Any, apply: Callable[[Any], None]) -> None:
+    """Runs ``apply(options)`` only if it succeeds on a copy of
+    ``options``: a failing setter leaves the options as they were. The
+    setters are deterministic, so the second run succeeds too. Frozen
+    options refuse the first change anyway."""
+    if not options.frozen:
+        with _quiet():
+            apply(options.clone())
+    apply(options)
 
 
 def _convert_value(value: Any) -> Any:
@@ -118,17 +199,38 @@ def apply_json(options: Any, text: str) -> None:
         raise ValueError("Options JSON must be an object mapping setter "
                          "names to values, e.g. {\"deviceIterations\": 4}; "
                          f"got {type(values).__name__}")
-    for key, value in values.items():
-        target = options
-        for part in key.split("."):
-            target = getattr(target, part)
-        if not callable(target):
-            raise ValueError(
-                f"Options JSON key {key!r} names a value, not a setter: use "
-                "the setter's name, e.g. \"deviceIterations\" rather than "
-                "\"device_iterations\"")
-        value = _convert_value(value)
-        if isinstance(value, list):
-            target(*value)
-        else:
-            target(value)
+    calls = [(key, _setter(options, key), _convert_value(value))
+             for key, value in values.items()]
+
+    def apply(target: Any) -> None:
+        for key, _, value in calls:
+            setter = _setter(target, key)
+            if isinstance(value, list):
+                setter(*value)
+            else:
+                setter(value)
+
+    apply_all_or_nothing(options, apply)
+
+
+def _setter(options: Any, key: str) -> Callable[..., Any]:
+    """The setter that the dotted JSON key names on ``options``."""
+    target = options
+    for part in key.split("."):
+        if not hasattr(target, part):
+            known = [n for n in dir(target) if not n.startswith("_") and
+                     callable(getattr(target, n, None))]
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = (f"did you mean {close[0]!r}?" if close else
+                    "use a setter of poptorch.Options, e.g. "
+                    '"deviceIterations" or "Training.gradientAccumulation".')
+            # AttributeError, as getattr raised before the hint was added.
+            raise AttributeError(f"Invalid attribute {part}. Options JSON key "
+                                 f"{key!r} names no option setter: {hint}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(
+            f"Options JSON key {key!r} names a value, not a setter: use "
+            "the setter's name, e.g. \"deviceIterations\" rather than "
+            "\"device_iterations\"")
+    return target

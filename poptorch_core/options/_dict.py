@@ -23,6 +23,8 @@ import copy
 from typing import Any, Dict, Iterator, Optional
 
 from .._logging import logger
+from ..errors import public_class
+from ._backend_keys import check_backend_option
 
 __all__ = []
 
@@ -110,6 +112,7 @@ def _type_matches(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+@public_class
 class OptionsDict(_Freezable):
     """A typed dictionary of options with attribute access.
 
@@ -234,6 +237,7 @@ gradient_accumulation. Expected <class 'int'>
         return f"{type(self).__name__}({body})"
 
 
+@public_class
 class _PopartOptions(_Freezable):
     """Backend (PopART) session options: any string key is accepted.
 
@@ -270,6 +274,7 @@ class _PopartOptions(_Freezable):
                 "Ignoring call to poptorch.Options._Popart.set('logDir', ...)"
                 ": use poptorch.Options.logDir() instead")
             return self
+        check_backend_option(key, value)
         self.options[key] = value
         return self
 

@@ -20,6 +20,7 @@ import torch
 
 from .. import enums
 from .._logging import logger
+from ..errors import public_class
 from ._dict import OptionsDict, _PopartOptions
 
 __all__ = ["TensorLocationSettings"]
@@ -37,11 +38,26 @@ def _assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
             f"{what} must be of type {names} (got {type(value).__name__})")
 
 
+#: The largest count of device iterations, accumulation steps, replicas or
+#: an output period: the IPU's programs count them in 32-bit integers
+#: (PopART's batchesPerStep and accumulationFactor, Poplar's loop counts),
+#: so a larger count cannot run.
+MAX_COUNT = 2**31 - 1
+
+
 def _check_positive(option: str, value: Any) -> None:
     if value < 1:
         raise ValueError(f"{option} must be a positive integer (got {value})")
+    if value > MAX_COUNT:
+        raise ValueError(
+            f"{option} must be at most 2**31 - 1 = {MAX_COUNT} (got "
+            f"{value}): the IPU counts a call's device iterations, "
+            "accumulation steps and replicas in 32-bit integers, and each "
+            "call would need an input with at least that many rows. Use a "
+            "smaller count.")
 
 
+@public_class
 class _TrainingOptions(OptionsDict):
     """Options specific to ``poptorch.trainingModel``.
 
@@ -117,6 +133,7 @@ def _merge_convolution_option(popart: _PopartOptions, key: str,
     popart.set("convolutionOptions", conv)
 
 
+@public_class
 class _PrecisionOptions(OptionsDict):
     """Numerical precision options (metadata on the simulator, which
     computes in the model's own dtypes).
@@ -182,6 +199,7 @@ class _PrecisionOptions(OptionsDict):
         return self
 
 
+@public_class
 class TensorLocationSettings(OptionsDict):
     """Where one class of tensors (activations, weights, optimizer state,
     accumulators) lives. Metadata only on the simulator.
@@ -243,6 +261,7 @@ class TensorLocationSettings(OptionsDict):
         return self.createOrSet(useIOTilesToStore=int(use))
 
 
+@public_class
 class _TensorLocationOptions(OptionsDict):
     """Tensor placement options (metadata only on the simulator).
 
@@ -304,6 +323,7 @@ def _int_from_env(var: str, default: int) -> int:
                          "integer") from None
 
 
+@public_class
 class _DistributedOptions(OptionsDict):
     """Multi-process (multi-instance) replication.
 
@@ -337,8 +357,24 @@ class _DistributedOptions(OptionsDict):
                        var_process_id: str) -> "_DistributedOptions":
         """Reads the process count and id from these environment variables
         (1 and 0 when they are unset)."""
-        return self.configureProcessId(_int_from_env(var_process_id, 0),
-                                       _int_from_env(var_num_processes, 1))
+        process_id = _int_from_env(var_process_id, 0)
+        num_processes = _int_from_env(var_num_processes, 1)
+        if num_processes < 1:
+            raise ValueError(
+                f"Environment variable {var_num_processes}="
+                f"{os.environ.get(var_num_processes)!r} must be the number "
+                "of processes of the run, at least 1: fix or unset it.")
+        if not 0 <= process_id < num_processes:
+            size = os.environ.get(var_num_processes)
+            size = f"{var_num_processes}={size!r}" if size is not None else \
+                f"{var_num_processes} unset (1 process)"
+            raise ValueError(
+                f"Environment variable {var_process_id}="
+                f"{os.environ.get(var_process_id)!r} is not the rank of a "
+                f"process of the run ({size}): each process needs its own "
+                "rank from 0 to the process count - 1. Launch with torchrun "
+                "or poprun, which set both, or fix the variables.")
+        return self.configureProcessId(process_id, num_processes)
 
     def configureProcessId(self, process_id: int,
                            num_processes: int) -> "_DistributedOptions":
@@ -366,6 +402,7 @@ class _DistributedOptions(OptionsDict):
         return self.num_distributed_processes
 
 
+@public_class
 class _JitOptions(OptionsDict):
     """Deprecated TorchScript options (tracing is always by dispatch)."""
 

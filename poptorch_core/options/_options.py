@@ -20,6 +20,7 @@ import torch
 from .. import enums
 from ._strategies import PipelinedExecution, _IExecutionStrategy
 from .._logging import logger
+from ..errors import public_class
 from ._config import ConfigFileError, apply_json, load_from_file
 from ._dict import OptionsDict, _PopartOptions
 from ._progress import _CompilationProgressBar
@@ -57,6 +58,7 @@ _NAMESPACES = ("Distributed", "Jit", "Precision", "Simulator",
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+@public_class
 class Options(OptionsDict):
     """Options of a PopTorch model (``trainingModel``/``inferenceModel``).
 
@@ -132,7 +134,17 @@ class Options(OptionsDict):
             except ValueError as err:
                 raise ValueError(f"Environment variable POPTORCH_SIM_BACKEND:"
                                  f" {err}") from None
-        self.from_json(os.environ.get("POPTORCH_DEFAULT_OPTIONS", "{}"))
+        defaults = os.environ.get("POPTORCH_DEFAULT_OPTIONS", "")
+        if defaults.strip():
+            try:
+                self.from_json(defaults)
+            except (ValueError, TypeError, AttributeError,
+                    AssertionError) as err:
+                detail = str(err).rstrip(". ")
+                raise type(err)(
+                    f"Environment variable POPTORCH_DEFAULT_OPTIONS="
+                    f"{defaults!r}: {detail}. Fix the variable or unset it."
+                    ) from None
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option in _POSITIVE_OPTIONS:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Tuple
 
 import torch
 
+from ..errors import public_class
 from ._dict import OptionsDict
 
 __all__ = []
@@ -50,6 +51,7 @@ def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
                          f"values are {', '.join(map(repr, valid))}")
 
 
+@public_class
 class _SimulatorOptions(OptionsDict):
     """Simulator settings: execution backend, host device, IPU version,
     memory check, host memory and the distributed timeout.

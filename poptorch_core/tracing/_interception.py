@@ -21,7 +21,8 @@ import torch.fx.traceback as fx_traceback
 from torch.overrides import TorchFunctionMode
 
 from .._logging import logger
-from . import _dynamic_index, _half_casting, _host_values, rules
+from . import (_dynamic_index, _half_casting, _host_values,
+               _integer_operands, rules)
 
 __all__: list = []
 
@@ -209,6 +210,8 @@ class IpuFunctionMode(TorchFunctionMode):
                     f"smaller than num_classes ({_one_hot_classes(args, kwargs)})"
                     ". Pass the number of classes as num_classes.",
                     self._location()) from None
+            _integer_operands.check(name or _name(func), args, kwargs,
+                                    error, self._location())
             if _TRACER_VALUE_READ not in str(error):
                 raise
             name = name or _name(func)

@@ -36,7 +36,8 @@ from .. import _dtypes, _impl
 from .._args_parser import (flattenTensors, loadImportedPlugins,
                             rebuildStructure)
 from ..errors import createPoptorchError
-from . import _inplace, _interception, _loss_check, rules
+from . import (_inplace, _integer_operands, _interception, _loss_check,
+               rules)
 from ._decompositions import TRACE_DECOMPOSITIONS
 from ._stack_traces import torch_frames_kept
 
@@ -217,7 +218,8 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                    buffers: Optional[Sequence[torch.Tensor]] = None,
                    excludes: Sequence[str] = (),
                    on_op: Optional[Callable[[], None]] = None,
-                   call_inputs: Sequence[torch.Tensor] = ()
+                   call_inputs: Sequence[torch.Tensor] = (),
+                   input_names: Optional[Sequence[str]] = None,
                    ) -> CapturedModel:
     """Traces ``module(*args, **kwargs)`` once into a :class:`CapturedModel`.
 
@@ -232,19 +234,16 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         excludes: path fragments never reported as the user's source line.
         on_op: called before each torch call the model makes while traced.
         call_inputs: the user's own tensors, for plugins (``args`` are copies).
+        input_names: the input tensors' names in errors ("input <i>").
     """
     param_state = _collect_state(module, "parameter")
     buffer_state = _collect_state(module, "buffer")
     params = list(params if params is not None else param_state.tensors)
     buffers = list(buffers if buffers is not None else buffer_state.tensors)
     inputs = flattenTensors((list(args), dict(kwargs)))
-    for tensor in inputs:
-        if tensor.numel() == 0:
-            raise rules.zero_sized_error(tensor.shape)
-
     trace_params = [_trace_copy(p, training) for p in params]
     trace_buffers = [b.detach().clone() for b in buffers]
-    trace_inputs = [t.detach().clone() for t in inputs]
+    trace_inputs = _input_copies(inputs)
     versions = [t._version for t in trace_buffers + trace_inputs]
     num_p, num_b = len(params), len(buffers)
     result: Dict[str, Any] = {}
@@ -259,7 +258,8 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
         result["flat"] = flattenTensors(out)
         return list(result["flat"])
 
-    with _tracing_context(training, device, excludes, on_op, call_inputs):
+    with _tracing_context(training, device, excludes, on_op, call_inputs), \
+            _integer_operands.named(num_p + num_b, input_names):
         gm = make_fx(forward, decomposition_table=TRACE_DECOMPOSITIONS,
                      pre_dispatch=True, record_stack_traces=True)(
                          *trace_params, *trace_buffers, *trace_inputs)
@@ -270,6 +270,16 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
                        list(buffers) + list(inputs))
     return _finalise(gm, param_state, buffer_state, len(inputs), result,
                      mutated, training, excludes)
+
+
+def _input_copies(inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The inputs to trace with: copies, so that the trace never writes the
+    user's tensors. A zero-sized input is refused (an IPU has no such
+    tensor)."""
+    for tensor in inputs:
+        if tensor.numel() == 0:
+            raise rules.zero_sized_error(tensor.shape)
+    return [t.detach().clone() for t in inputs]
 
 
 def _mutated(traced: Sequence[torch.Tensor], versions: Sequence[int],

@@ -197,8 +197,9 @@ def test_popart_options(caplog):
     assert "logDir" not in popart.options and "logDir()" in caplog.text
     with pytest.raises(TypeError, match="must be strings"):
         popart.set(1, 2)
-    # Any value is stored; the backend checks value types at compile time.
-    popart.set("x", object())
+    # A value the backend cannot take is refused where it is set.
+    with pytest.raises(poptorch.Error, match="Unknown value type object"):
+        popart.set("x", object())
     with pytest.raises(AssertionError, match="must be a dictionary"):
         popart.setEngineOptions([])
     with pytest.raises(AssertionError, match="level must be an integer"):
