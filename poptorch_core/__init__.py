@@ -45,7 +45,7 @@ from ._impl import _traced_call_inputs as _tracedCallInputs
 # For plugins: the tracebacks of their refusals start at the user's call
 # (``errors.public_call``); not PopTorch names either.
 from .errors import public_call as _publicCall, \
-    public_class as _publicClass
+    public_class as _publicClass, trimmed_refusal as _trimmedRefusal
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:

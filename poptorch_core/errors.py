@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 __all__ = ["Error", "RecoverableError", "UnrecoverableError",
            "createPoptorchError", "NO_EXECUTABLE_ERR", "FULL_TRACEBACKS_ENV",
+           "trimmed_refusal",
            "public_call", "public_class"]
 
 #: Message used whenever an executor method needs a compiled executable.
@@ -187,10 +188,20 @@ def public_call(func: _Callable) -> _Callable:
         try:
             return func(*args, **kwargs)
         except Exception as error:  # pylint: disable=broad-except
-            if full_tracebacks() or not raised_by_poptorch(error):
+            refusal = trimmed_refusal(error)
+            if refusal is None:
                 raise
-            raise _trim(error)  # POPTORCH_FULL_TRACEBACKS=1: all frames
+            raise refusal  # POPTORCH_FULL_TRACEBACKS=1: all frames
     return public_call_boundary  # type: ignore[return-value]
+
+
+def trimmed_refusal(error: BaseException) -> Optional[BaseException]:
+    """``error`` ready to be raised again from the caller's frame, when it
+    is a refusal PopTorch raised on purpose and full tracebacks are off;
+    None when it keeps its traceback (a bug, the user's own error)."""
+    if full_tracebacks() or not raised_by_poptorch(error):
+        return None
+    return _trim(error)
 
 
 def public_class(cls: _Class) -> _Class:

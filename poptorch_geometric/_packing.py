@@ -20,7 +20,7 @@ import numpy as np
 
 from ._best_fit import DEFAULT_LOOKAHEAD, best_fit_batches, \
     greedy_length
-from ._refusals import refusal
+
 
 __all__: list = []
 
@@ -172,8 +172,8 @@ def _size_arrays(nodes: Sequence[int], edges: Sequence[int]
     n = np.asarray(nodes, dtype=np.int64)
     e = np.asarray(edges, dtype=np.int64)
     if n.size == 0:
-        raise refusal(ValueError("Cannot derive packing budgets from an empty "
-                                 "dataset."))
+        raise ValueError("Cannot derive packing budgets from an empty "
+                         "dataset.")
     return n, e, float(e.sum()) / max(float(n.sum()), 1.0)
 
 

@@ -39,7 +39,7 @@ from ._padding.trim import TrimCounts, prune
 from ._padding.validate import (check_edge_index, check_graphs_join,
                                 check_hetero_edge_index,
                                 check_same_attributes)
-from ._refusals import public, refusal
+from ._refusals import public
 from .fixed_size_options import FixedSizeOptions
 from .pyg_collate import Collater
 from .types import PyGArgsParser
@@ -167,12 +167,12 @@ class FixedSizeCollater(Collater):
         num_graphs = len(data_list)
         num_pad_graphs = self.opts.num_graphs - num_graphs
         if num_pad_graphs < 0:
-            raise refusal(RuntimeError(
+            raise RuntimeError(
                 f"The fixed size of {self.opts.num_graphs} graph(s) cannot "
                 f"hold the {num_graphs} graph(s) received: a batch holds at "
                 "most num_graphs - 1 real graphs plus one padding graph. "
                 "Increase num_graphs in FixedSizeOptions or pass fewer "
-                "graphs."))
+                "graphs.")
         trimmed_list, columns, room = self._trim_to_fit(
             data_list, columns, room, num_pad_graphs, hetero)
         room.check_fits(num_graphs, self.opts.num_graphs,
@@ -301,21 +301,21 @@ class FixedSizeCollater(Collater):
         """Validates the list; returns whether it holds ``HeteroData`` (and
         then gives the options a size per type)."""
         if not isinstance(data_list, list):
-            raise refusal(TypeError(
-                f"Expected list, got {type(data_list).__name__}."))
+            raise TypeError(
+                f"Expected list, got {type(data_list).__name__}.")
         if not data_list:
-            raise refusal(ValueError(
+            raise ValueError(
                 "FixedSizeCollater got an empty list: a batch "
-                "needs at least one real graph."))
+                "needs at least one real graph.")
         first = data_list[0]
         hetero = isinstance(first, HeteroData)
         if hetero and not self.opts.is_hetero():
             self.opts.to_hetero(first.node_types, first.edge_types)
         types = set(map(type, data_list))
         if len(types) != 1:
-            raise refusal(AssertionError(
+            raise AssertionError(
                 "All graphs of a batch must have the same type, got "
-                f"{sorted(t.__name__ for t in types)}."))
+                f"{sorted(t.__name__ for t in types)}.")
         return hetero
 
     def _check_graphs(self, data_list: List[BaseData],
@@ -375,11 +375,11 @@ class FixedSizeCollater(Collater):
                 else self.LabelsType.GRAPH_LVL
             return
         if not (per_node and self.labels_type is not None):
-            raise refusal(AssertionError(
+            raise AssertionError(
                 "Incorrect input data: the labels y must be graph-level "
                 "(y.shape[0] == 1 for every graph) or node-level (y.shape[0] == "
                 "num_nodes for every graph); got rows "
-                f"{rows[:8]} for graphs of {node_counts[:8]} nodes."))
+                f"{rows[:8]} for graphs of {node_counts[:8]} nodes.")
 
     def _trim(self, data_list: List[BaseData], room: BatchRoom, kind: str,
               num_pad_graphs: int) -> List[BaseData]:
@@ -486,14 +486,14 @@ def _check_budgets_fit_memory(opts: FixedSizeOptions) -> None:
     edges = opts.total_num_edges
     if memory is None or 16 * edges <= memory:
         return
-    raise refusal(ValueError(
+    raise ValueError(
         f"The edge budget of {edges} edge slots per batch needs "
         f"{16 * edges / 2**30:,.0f} GiB for edge_index alone, more than this "
         f"machine's {memory / 2**30:,.0f} GiB (without num_edges, "
         "FixedSizeOptions assumes fully connected graphs: num_nodes x "
         "(num_nodes - 1) edges). Set num_edges, or derive the sizes from the "
         "data with FixedSizeOptions.from_dataset, for_packing or "
-        "for_batch_size."))
+        "for_batch_size.")
 
 
 class CombinedBatchingCollater:
@@ -539,9 +539,9 @@ class CombinedBatchingCollater:
         size = self.mini_batch_size or len(batch_list)
         if self.num_mini_batches is None:
             if len(batch_list) % size != 0:
-                raise refusal(AssertionError(
+                raise AssertionError(
                     f"Invalid batch size: {len(batch_list)} samples do not split "
-                    f"into mini-batches of {size}."))
+                    f"into mini-batches of {size}.")
         # Only the mini-batches' tensors and counts are kept (see
         # ``concat``): a collater that can skip the rest does.
         collate = getattr(self.collater, "_tensors_and_counts",
@@ -559,10 +559,10 @@ class CombinedBatchingCollater:
         :class:`FixedSizeCollater`)."""
         make = getattr(self.collater, "padding_batch", None)
         if make is None:
-            raise refusal(ValueError(
+            raise ValueError(
                 f"{type(self.collater).__name__} cannot make padding-only "
                 "mini-batches: only a FixedSizeCollater pads an incomplete "
-                "combined batch."))
+                "combined batch.")
         return [make(template)] * count
 
     def concat(self, batches: List[Batch]) -> Batch:

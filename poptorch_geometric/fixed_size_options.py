@@ -18,7 +18,7 @@ from torch_geometric.typing import EdgeType, NodeType
 
 from ._best_fit import DEFAULT_LOOKAHEAD
 from ._packing import batch_size_budget, packing_budget
-from ._refusals import public, refusal
+from ._refusals import public
 from ._padding.sizes import edge_count, node_count
 from ._padding.values import check_pad_graph_defaults, check_pad_value
 
@@ -33,13 +33,13 @@ def validate_num_graphs(num_graphs: int) -> None:
     one padding graph."""
     if isinstance(num_graphs, bool) or \
             not isinstance(num_graphs, numbers.Integral):
-        raise refusal(TypeError(
+        raise TypeError(
             f"num_graphs must be an int, got {num_graphs!r} "
-            f"({type(num_graphs).__name__})."))
+            f"({type(num_graphs).__name__}).")
     if num_graphs < 2:
-        raise refusal(ValueError(
+        raise ValueError(
             f"num_graphs ({num_graphs}) must be at least 2: a fixed-size "
-            "batch needs at least one real graph and one padding graph."))
+            "batch needs at least one real graph and one padding graph.")
 
 
 def _check_count(name: str, value: Any, optional: bool = False) -> None:
@@ -51,9 +51,9 @@ def _check_count(name: str, value: Any, optional: bool = False) -> None:
                                        and not value)):
         return
     if isinstance(value, dict) and not value:
-        raise refusal(ValueError(
+        raise ValueError(
             f"{name} is an empty dict: give a size for every "
-            f"{name[4:-1]} type of the data."))
+            f"{name[4:-1]} type of the data.")
     values = value.values() if isinstance(value, dict) else [value]
     for v in values:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
@@ -66,9 +66,9 @@ def _check_count(name: str, value: Any, optional: bool = False) -> None:
                        "default, num_nodes x (num_nodes - 1), or derive the "
                        "sizes from the data (FixedSizeOptions.from_dataset, "
                        "for_packing or for_batch_size).") if optional else ""
-            raise refusal(ValueError(
+            raise ValueError(
                 f"{name} must be a positive int or a dict of positive ints "
-                f"per type, got {value!r}{why}.{default}"))
+                f"per type, got {value!r}{why}.{default}")
 
 
 class FixedSizeOptions:
@@ -253,9 +253,9 @@ class FixedSizeOptions:
         """
         del sample_limit  # see the docstring
         if len(dataset) == 0:
-            raise refusal(ValueError(
+            raise ValueError(
                 "The dataset is empty: fixed sizes come from "
-                "its graphs, so it needs at least one."))
+                "its graphs, so it needs at least one.")
         validate_num_graphs(batch_size)
         summary = Summary.from_dataset(dataset, progress_bar=progress_bar)
 
@@ -295,9 +295,9 @@ class FixedSizeOptions:
             6
         """
         if sample_limit < 1:
-            raise refusal(ValueError(
+            raise ValueError(
                 f"sample_limit ({sample_limit}) must be at "
-                "least 1."))
+                "least 1.")
         loader = getattr(loader, "unpadded_loader", loader)
         maxima = _LoaderMaxima()
         seen = 0
@@ -309,9 +309,9 @@ class FixedSizeOptions:
                 if seen == sample_limit:
                     break
             if seen == epoch_start:
-                raise refusal(ValueError(
+                raise ValueError(
                     "The loader yielded no batch: cannot derive "
-                    "fixed sizes from an empty loader."))
+                    "fixed sizes from an empty loader.")
         return maxima.to_options(cls)
 
     @classmethod
@@ -408,8 +408,8 @@ class FixedSizeOptions:
         """
         if isinstance(batch_size, bool) or \
                 not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-            raise refusal(ValueError(f"batch_size ({batch_size!r}) must be a "
-                                     "positive integer."))
+            raise ValueError(f"batch_size ({batch_size!r}) must be a "
+                             "positive integer.")
         _check_lookahead(lookahead)
         num_graphs, num_nodes, num_edges = batch_size_budget(
             *_graph_sizes(dataset), batch_size, lookahead=lookahead,
@@ -423,9 +423,9 @@ class FixedSizeOptions:
 def _check_lookahead(lookahead: Any) -> None:
     if isinstance(lookahead, bool) or \
             not isinstance(lookahead, numbers.Integral) or lookahead < 0:
-        raise refusal(ValueError(
+        raise ValueError(
             f"lookahead ({lookahead!r}) must be a non-negative "
-            "integer (0: PopTorch's greedy packing)."))
+            "integer (0: PopTorch's greedy packing).")
 
 
 def _graph_sizes(dataset: Any):
@@ -433,9 +433,9 @@ def _graph_sizes(dataset: Any):
     nodes, edges = [], []
     for data in dataset:
         if isinstance(data, HeteroData):
-            raise refusal(ValueError(
+            raise ValueError(
                 "for_packing and for_batch_size support homogeneous "
-                "datasets (Data) only; use from_dataset for HeteroData."))
+                "datasets (Data) only; use from_dataset for HeteroData.")
         nodes.append(node_count(data))
         edges.append(edge_count(data))
     return nodes, edges

@@ -31,7 +31,7 @@ from ._sampling.metis import graph_fingerprint, metis_partition
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
-from ._refusals import public, refusal, refusing_iterator
+from ._refusals import public, refusing_iterator
 
 __all__ = ["ClusterData", "FixedSizeClusterLoader"]
 
@@ -56,10 +56,10 @@ class ClusterData(torch_geometric.loader.ClusterData):
                  keep_inter_cluster_edges: bool = False,
                  sparse_format: str = "csr") -> None:
         if getattr(data, "edge_index", None) is None:
-            raise refusal(ValueError(
+            raise ValueError(
                 "ClusterData partitions a graph with edge_index; this one "
                 "has none (a graph without edges needs edge_index="
-                "torch.empty(2, 0, dtype=torch.long))."))
+                "torch.empty(2, 0, dtype=torch.long)).")
         path = None
         if save_dir is not None:
             filename = filename or "metis_" + graph_fingerprint(
@@ -118,15 +118,15 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
                  OverSizeStrategy.TrimNodesAndEdges,
                  add_pad_masks: bool = True, **kwargs: Any) -> None:
         if fixed_size_options.num_graphs != 2:
-            raise refusal(AssertionError(
+            raise AssertionError(
                 f"fixed_size_options.num_graphs is "
                 f"{fixed_size_options.num_graphs}; FixedSizeClusterLoader "
-                "needs 2 (the merged clusters and one padding graph)."))
+                "needs 2 (the merged clusters and one padding graph).")
         for key in ("collate_fn", "batch_sampler", "exclude_keys"):
             if key in kwargs:
-                raise refusal(AssertionError(
+                raise AssertionError(
                     f"FixedSizeClusterLoader does not take {key}: it builds "
-                    "its batches from groups of batch_size clusters."))
+                    "its batches from groups of batch_size clusters.")
         self.cluster_data = cluster_data
         self.batch_size = batch_size
         self.fixed_size_options = fixed_size_options

@@ -21,7 +21,7 @@ from ._fastpath.graph_cache import cached_graphs
 from ._padding_masks import registered_batches
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
-from ._refusals import public, refusal, refusing_iterator
+from ._refusals import public, refusing_iterator
 from .pyg_collate import Collater
 from .stream_packing_sampler import StreamPackingSampler
 
@@ -170,9 +170,9 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                  exclude_keys: Optional[List[str]] = None,
                  **kwargs: Any) -> None:
         if len(dataset) == 0:
-            raise refusal(ValueError(
+            raise ValueError(
                 "The dataset is empty: a FixedSizeDataLoader "
-                "needs at least one graph."))
+                "needs at least one graph.")
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_dataset(dataset, batch_size)
         # Later epochs reuse each graph object instead of rebuilding it.
@@ -182,10 +182,10 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         if isinstance(first, HeteroData) and not opts.is_hetero():
             opts.to_hetero(first.node_types, first.edge_types)
         if batch_size != opts.num_graphs:
-            raise refusal(AssertionError(
+            raise AssertionError(
                 f"batch_size ({batch_size}) must equal "
                 f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
-                "is padded to num_graphs graphs."))
+                "is padded to num_graphs graphs.")
         self.padded_batch_size = batch_size
         # Read by _create_packing_sampler: a graph too large for any packed
         # batch goes alone into one that the collater trims.
@@ -201,9 +201,9 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
             torch_batch_size = batch_size - 1
         self.batch_sampler = batch_sampler
         if "collate_fn" in kwargs:
-            raise refusal(AssertionError(
+            raise AssertionError(
                 "FixedSizeDataLoader makes its own collate_fn (a "
-                "FixedSizeCollater); do not pass one."))
+                "FixedSizeCollater); do not pass one.")
 
         collater = self._create_collater(
             fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
@@ -223,17 +223,17 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         batch_sampler = kwargs.pop("batch_sampler", None)
         if strategy == FixedSizeStrategy.StreamPack:
             if batch_sampler is not None:
-                raise refusal(ValueError(
+                raise ValueError(
                     "A batch_sampler cannot be combined with "
                     "FixedSizeStrategy.StreamPack, which makes its own "
                     "(StreamPackingSampler); use PadToMax with a custom "
-                    "batch_sampler."))
+                    "batch_sampler.")
             return self._create_packing_sampler(
                 dataset, self.fixed_size_options, shuffle,
                 kwargs.get("generator"), allow_skip_data=allow_skip_data)
         if strategy != FixedSizeStrategy.PadToMax:
-            raise refusal(NotImplementedError(
-                f"Unsupported fixed_size_strategy {strategy}."))
+            raise NotImplementedError(
+                f"Unsupported fixed_size_strategy {strategy}.")
         return batch_sampler
 
     def _create_collater(self, **collater_args: Any) -> Any:

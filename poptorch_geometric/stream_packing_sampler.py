@@ -23,7 +23,7 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 from poptorch_core._logging import logger
 
 from ._best_fit import best_fit_batches
-from ._refusals import public, refusal, refusing_iterator
+from ._refusals import public, refusing_iterator
 from ._packing import batch_length
 
 __all__ = ["StreamPackingSampler"]
@@ -37,10 +37,10 @@ def _budget(kind: str, value: Optional[int], max_num_graphs: int,
         return max(getattr(d, f"num_{kind}") for d in data_source) * \
             max_num_graphs
     if value < max_num_graphs:
-        raise refusal(ValueError(
+        raise ValueError(
             f"max_num_{kind} ({value}) must be at least max_num_graphs "
             f"({max_num_graphs}): every graph slot needs room for one "
-            f"{kind[:-1]}."))
+            f"{kind[:-1]}.")
     return value
 
 
@@ -48,18 +48,18 @@ def _check_sources(data_source: Dataset, base_sampler: Any,
                    max_num_graphs: Optional[int]) -> None:
     """Raises unless there are samples to pack and graph slots for them."""
     if len(data_source) == 0:
-        raise refusal(ValueError("The dataset is empty: StreamPackingSampler "
-                                 "needs at least one sample to pack."))
+        raise ValueError("The dataset is empty: StreamPackingSampler "
+                         "needs at least one sample to pack.")
     if base_sampler is not None and len(base_sampler) == 0:
-        raise refusal(ValueError("The base sampler is empty: "
-                                 "StreamPackingSampler needs at least one "
-                                 "sample to pack."))
+        raise ValueError("The base sampler is empty: "
+                         "StreamPackingSampler needs at least one "
+                         "sample to pack.")
     if max_num_graphs is None:
-        raise refusal(ValueError("max_num_graphs must be set: the number of "
-                                 "graph slots in one packed batch."))
+        raise ValueError("max_num_graphs must be set: the number of "
+                         "graph slots in one packed batch.")
     if max_num_graphs < 1:
-        raise refusal(ValueError(f"max_num_graphs ({max_num_graphs}) must "
-                                 "be at least 1."))
+        raise ValueError(f"max_num_graphs ({max_num_graphs}) must "
+                         "be at least 1.")
 
 
 def sampling_order(sampler: Iterable[int]) -> np.ndarray:
@@ -196,15 +196,15 @@ class StreamPackingSampler(Sampler[List[int]]):
         self._cache_sizes = getattr(data_source, "transform", None) is None
         if isinstance(lookahead, bool) or not isinstance(lookahead, int) \
                 or lookahead < 0:
-            raise refusal(ValueError(
+            raise ValueError(
                 f"lookahead ({lookahead!r}) must be a non-negative integer "
-                "(0: greedy packing)."))
+                "(0: greedy packing).")
         if lookahead and not self._cache_sizes:
-            raise refusal(ValueError(
+            raise ValueError(
                 "lookahead packing reads sizes ahead of loading, so they must "
                 "not change between accesses, and this dataset has a "
                 "transform: use lookahead=0, or apply the transform as a "
-                "pre_transform."))
+                "pre_transform.")
         self._node_array: Optional[np.ndarray] = None
         self._edge_array: Optional[np.ndarray] = None
         #: Whether every sample's size is in the arrays above.
@@ -250,7 +250,7 @@ class StreamPackingSampler(Sampler[List[int]]):
             empty = False
             yield batch
         if empty and skipped:
-            raise refusal(RuntimeError(self._nothing_fits(skipped)))
+            raise RuntimeError(self._nothing_fits(skipped))
 
     def _nothing_fits(self, skipped: List[int]) -> str:
         sizes = {idx: self._size(idx) for idx in skipped}
@@ -386,14 +386,14 @@ class StreamPackingSampler(Sampler[List[int]]):
 
     def _reject(self, idx: int, num_nodes: int, num_edges: int) -> None:
         if not self.allow_skip_data:
-            raise refusal(RuntimeError(
+            raise RuntimeError(
                 f"Sample {idx} with {num_nodes} node(s) and {num_edges} "
                 f"edge(s) does not fit an empty batch of at most "
                 f"{self.max_num_graphs} graph(s), {self.max_num_nodes} "
                 f"node(s) and {self.max_num_edges} edge(s). Increase the "
                 "budgets, skip such samples (allow_skip_data=True, "
                 "OverSizeStrategy.Skip) or trim them (trim_oversize=True, "
-                "OverSizeStrategy.TrimNodesAndEdges)."))
+                "OverSizeStrategy.TrimNodesAndEdges).")
         logger.debug("StreamPackingSampler skips sample %d (%d nodes, %d "
                      "edges).", idx, num_nodes, num_edges)
 

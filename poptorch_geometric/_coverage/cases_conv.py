@@ -88,9 +88,6 @@ def _hetero(layer, x, d):
     return layer(*_dicts(x, d))["n"]
 
 
-_NO_BATCH_NORM = ("norm=None: batch statistics would include the padding "
-                  "nodes (see BatchNorm)")
-
 CONV_CASES: List[Case] = [
     _c("SimpleConv", lambda: conv.SimpleConv("mean", "self_loop"), _x_ei_w),
     _c("GCNConv", lambda: conv.GCNConv(C, OUT), _x_ei_w),
@@ -170,8 +167,7 @@ CONV_CASES: List[Case] = [
     _c("ClusterGCNConv", lambda: conv.ClusterGCNConv(C, OUT, diag_lambda=1.),
        _x_ei),
     _c("GENConv", lambda: conv.GENConv(C, OUT, edge_dim=EDGE_DIM,
-                                       learn_t=True, norm=None), _x_ei_attr,
-       note=_NO_BATCH_NORM),
+                                       learn_t=True), _x_ei_attr),
     _c("GCN2Conv", lambda: conv.GCN2Conv(C, alpha=0.1, theta=0.5, layer=1),
        _x_x0_ei),
     _c("PANConv", lambda: conv.PANConv(C, OUT, filter_size=2), _x_ei),
@@ -207,10 +203,8 @@ CONV_CASES: List[Case] = [
     _c("LGConv", lambda: conv.LGConv(), _x_ei_w),
     _c("PointGNNConv", lambda: conv.PointGNNConv(
         Linear(C, 3), Linear(3 + C, C), Linear(C, C)), _x_pos_ei),
-    _c("GPSConv", lambda: conv.GPSConv(C, conv.GINConv(_mlp(C, C)), heads=2,
-                                       norm=None),
-       call=lambda layer, x, d: layer(x, d.edge_index, d.batch),
-       note=_NO_BATCH_NORM),
+    _c("GPSConv", lambda: conv.GPSConv(C, conv.GINConv(_mlp(C, C)), heads=2),
+       call=lambda layer, x, d: layer(x, d.edge_index, d.batch)),
     _c("AntiSymmetricConv", lambda: conv.AntiSymmetricConv(C), _x_ei),
     _c("DirGNNConv", lambda: conv.DirGNNConv(conv.GraphConv(C, OUT)),
        _x_ei),

@@ -17,7 +17,6 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
-from .._refusals import refusal
 from .columns import Columns
 from .plan import (AttrSpec, Level, PaddingPlan, split_evenly,
                        split_hosted)
@@ -54,10 +53,10 @@ def _limit(budget: Any, store_type: Hashable, kind: str) -> int:
     if store_type is None:
         return budget
     if store_type not in budget:
-        raise refusal(AssertionError(
+        raise AssertionError(
             f"FixedSizeOptions has no {kind[:-1]} budget for type "
             f"{store_type!r} of the data; give num_{kind} for every type "
-            f"(it has {list(budget)})."))
+            f"(it has {list(budget)}).")
     return budget[store_type]
 
 
@@ -75,9 +74,9 @@ class BatchRoom:
         else:
             if isinstance(opts.num_nodes, dict) or \
                     isinstance(opts.num_edges, dict):
-                raise refusal(ValueError(
+                raise ValueError(
                     "FixedSizeOptions give sizes per node/edge type but the "
-                    "data is homogeneous (Data): give int sizes."))
+                    "data is homogeneous (Data): give int sizes.")
             nodes, edges = homogeneous_counts(data_list, columns)
             node_counts, edge_counts = {None: nodes}, {None: edges}
         return cls(
@@ -119,13 +118,13 @@ class BatchRoom:
         message suggests depends on it)."""
         for room in self.all():
             if room.pad < 0:
-                raise refusal(RuntimeError(_oversize_message(
-                    room, num_graphs, budget_graphs, *trims)))
+                raise RuntimeError(_oversize_message(
+                    room, num_graphs, budget_graphs, *trims))
         if num_graphs == budget_graphs and any(r.pad > 0 for r in self.all()):
-            raise refusal(RuntimeError(
+            raise RuntimeError(
                 f"Requested to pad a batch to {budget_graphs} graphs but "
                 f"collater got a list of {num_graphs} graphs and cannot "
-                "create additional graphs to pad nodes and edges."))
+                "create additional graphs to pad nodes and edges.")
 
     def plan(self, specs: Dict[Hashable, List[AttrSpec]],
              num_pad_graphs: int, hetero: bool,
@@ -145,8 +144,8 @@ class BatchRoom:
                     hosts = min(hosts, self.nodes[node_type].pad)
             if room.pad > 0 and hosts == 0 and _has_edge_attrs(
                     specs.get(t if hetero else None, [])):
-                raise refusal(RuntimeError(_no_host_message(
-                    room, self, trims_nodes)))
+                raise RuntimeError(_no_host_message(
+                    room, self, trims_nodes))
             edge_shares[t] = split_hosted(room.pad, k, hosts)
         return PaddingPlan(k, hetero, specs, node_shares, edge_shares)
 

@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from .._refusals import refusal
 from .columns import Columns
 from .plan import (GLOBAL, AttrSpec, Level, edge_fill, graph_spec,
                        is_incremented, node_fill)
@@ -40,10 +39,10 @@ _SPECIAL_KEYS = ("num_nodes", "ptr")
 def _cat_dim(data: Any, key: str, value: Tensor, store: Any) -> int:
     cat_dim = data.__cat_dim__(key, value, store)
     if not isinstance(cat_dim, int) or value.layout != _STRIDED:
-        raise refusal(ValueError(
+        raise ValueError(
             f"Attribute '{key}' is a sparse tensor; fixed-size batching "
             "pads dense tensors only. Convert it to a dense tensor or "
-            "exclude it (exclude_keys)."))
+            "exclude it (exclude_keys).")
     return cat_dim
 
 

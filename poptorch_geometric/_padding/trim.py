@@ -20,8 +20,6 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
-from .._refusals import refusal
-
 __all__ = ["create_slices_and_preserve_mask", "TrimCounts"]
 
 
@@ -63,9 +61,9 @@ def create_slices_and_preserve_mask(
     nonempty = counts_t > 0
     num_protected = int(nonempty.sum())
     if max_num < num_protected:
-        raise refusal(RuntimeError(
+        raise RuntimeError(
             f"Cannot trim {num_protected} non-empty graph(s) to {max_num} "
-            "element(s) without emptying a graph; increase the budget."))
+            "element(s) without emptying a graph; increase the budget.")
     protected = torch.zeros(total, dtype=torch.bool)
     picks = (torch.rand(num_protected) *
              counts_t[nonempty].to(torch.float)).long()
@@ -102,11 +100,11 @@ def prune(data_list: List[BaseData], kind: str,
         if limit < keeping:
             of_type = "" if store_type is None else f" of type {store_type!r}"
             having = "" if kind == "nodes" else " with edges"
-            raise refusal(RuntimeError(
+            raise RuntimeError(
                 f"Cannot trim {keeping} graph(s){having} to {limit} "
                 f"{kind[:-1]}(s){of_type}: every graph keeps at least one "
                 f"{kind[:-1]}. Increase num_{kind} in FixedSizeOptions or "
-                "put fewer graphs in a batch."))
+                "put fewer graphs in a batch.")
         slices, keep = create_slices_and_preserve_mask(limit, type_counts)
         for subset, s in zip(subsets, slices):
             if not bool(keep[s].all()):

@@ -36,8 +36,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._refusals import refusal
-
 __all__: List[str] = []
 
 
@@ -68,11 +66,11 @@ def out_of_range_error(where: str, value: int, count: int,
                        node_kind: str = "node") -> ValueError:
     """The error for an index ``value`` of ``where`` (e.g. "Graph 3 of the
     batch"), a graph of ``count`` nodes."""
-    return refusal(ValueError(
+    return ValueError(
         f"{where} has an {what} entry {value}, outside its {count} "
         f"{node_kind}(s) (valid: 0 to {count - 1}): an edge must join two "
         "nodes of its own graph, or it would join another graph of the "
-        f"batch. Fix the dataset's {what}."))
+        f"batch. Fix the dataset's {what}.")
 
 
 def check_local_indices(indices: Tensor, sizes: Sequence[int],
@@ -134,10 +132,10 @@ def check_same_attributes(mappings: Sequence[Any],
         missing, extra = sorted(expected - got), sorted(got - expected)
         problem = (f"has no '{missing[0]}', which graph 0 has" if missing
                    else f"has '{extra[0]}', which graph 0 has not")
-        raise refusal(ValueError(
+        raise ValueError(
             f"Graph {graph} of the batch {problem}: every graph of a batch "
             "needs the same attributes (give the graphs that lack it a "
-            "value, or leave the attribute out with exclude_keys)."))
+            "value, or leave the attribute out with exclude_keys).")
 
 
 def check_same_shapes(column: Sequence[Tensor], key: str, dim: int,
@@ -154,13 +152,13 @@ def check_same_shapes(column: Sequence[Tensor], key: str, dim: int,
                 if i != dim):
             continue
         where = f" of {store}" if store else ""
-        raise refusal(ValueError(
+        raise ValueError(
             f"Graphs 0 and {graph} of the batch have '{key}'{where} of shapes "
             f"{list(first.shape)} and {list(value.shape)}: a batch joins "
             f"every graph's '{key}' along dim {dim}, so their other dims "
             f"must agree. Give every graph's '{key}' the same shape apart "
             f"from dim {dim} (the same number of features), or leave "
-            f"'{key}' out of the batch with exclude_keys."))
+            f"'{key}' out of the batch with exclude_keys.")
 
 
 def check_graphs_join(data_list: Sequence[Any],

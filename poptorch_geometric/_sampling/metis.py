@@ -20,8 +20,6 @@ import pymetis
 import torch
 from torch import Tensor
 
-from .._refusals import refusal
-
 __all__ = ["graph_fingerprint", "metis_partition"]
 
 # Partitions of a 1M-node graph take minutes: keep the last few.
@@ -50,9 +48,9 @@ def metis_partition(edge_index: Tensor, num_nodes: int, num_parts: int,
     are not changed). Cached by graph and part count: the same graph is
     partitioned once per process."""
     if not 1 <= num_parts <= max(num_nodes, 1):
-        raise refusal(ValueError(
+        raise ValueError(
             f"num_parts ({num_parts}) must be between 1 and "
-            f"the number of nodes ({num_nodes})."))
+            f"the number of nodes ({num_nodes}).")
     key = (graph_fingerprint(edge_index, num_nodes), num_parts,
            bool(recursive))
     with _LOCK:

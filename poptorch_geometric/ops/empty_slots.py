@@ -46,8 +46,6 @@ from torch_geometric.utils import scatter as _pyg_scatter
 from torch_geometric.utils import softmax as _pyg_softmax
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
-from .._refusals import refusal
-
 __all__ = ["scatter", "softmax", "degree", "index_select", "to_sink",
            "message_passing_index_select"]
 
@@ -100,13 +98,13 @@ def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
     except IndexError:  # torch's "index out of range in self"
         # PyG's own message reads the index values, which a traced model
         # cannot; torch's names neither the edges nor the fix.
-        raise refusal(IndexError(
+        raise IndexError(
             f"Found indices in 'edge_index' past the last of the "
             f"{src.size(dim)} node(s) of the features they select from "
             f"(valid: 0 to {src.size(dim) - 1}, or -1 for an empty slot). "
             "Please ensure that all indices in 'edge_index' point to nodes "
             "of the node feature matrix passed with it (edge_index and x "
-            "of the same batch) and try again.")) from None
+            "of the same batch) and try again.") from None
 
 
 def message_passing_index_select(self, src: Tensor, index: Tensor
