@@ -219,6 +219,16 @@ def _assert_whole_steps(outputs, rows):
             f"step ({step}) is {float(distances[step])} away")
 
 
+def _wrappers(chain, trained: str, lr: float):
+    """A trainingModel of ``chain`` (or of a model holding it) and an
+    inferenceModel of ``chain``."""
+    trained_model = chain if trained == "same model" else _Holder(chain)
+    train = poptorch.trainingModel(
+        trained_model,
+        optimizer=torch.optim.SGD(trained_model.parameters(), lr=lr))
+    return train, poptorch.inferenceModel(chain)
+
+
 @pytest.mark.parametrize("trained", ["same model", "model holding it"])
 def test_inference_never_sees_half_a_training_step(frequent_thread_switches,
                                                    trained):
@@ -228,11 +238,7 @@ def test_inference_never_sees_half_a_training_step(frequent_thread_switches,
     chain, lr, calls = _Chain(), 0.25, 30
     x = torch.ones(1, 8)
     rows = _eager_outputs(chain, x, calls, lr)
-    trained_model = chain if trained == "same model" else _Holder(chain)
-    train = poptorch.trainingModel(
-        trained_model,
-        optimizer=torch.optim.SGD(trained_model.parameters(), lr=lr))
-    infer = poptorch.inferenceModel(chain)
+    train, infer = _wrappers(chain, trained, lr)
     train(x)
     infer(x)
     outputs, errors = _run_both(lambda: train(x), lambda: infer(x)[0],
@@ -253,11 +259,7 @@ def test_a_training_call_waits_for_an_inference_call_in_flight(monkeypatch,
 
     chain, lr, x = _Chain(links=6), 0.25, torch.ones(1, 8)
     rows = _eager_outputs(chain, x, 3, lr)
-    trained_model = chain if trained == "same model" else _Holder(chain)
-    train = poptorch.trainingModel(
-        trained_model,
-        optimizer=torch.optim.SGD(trained_model.parameters(), lr=lr))
-    infer = poptorch.inferenceModel(chain)
+    train, infer = _wrappers(chain, trained, lr)
     train(x)
     torch.testing.assert_close(infer(x)[0], rows[1])
     train(x)  # the next inference call copies the weights again
