@@ -45,7 +45,7 @@ import poptorch_core as poptorch
 
 __all__ = ["all_rows_real", "begin_trace", "end_trace", "graph_slots",
            "real_rows", "record_batch", "register_padded",
-           "is_padded_batch", "registered_batches"]
+           "is_padded_batch", "is_padded_tensor", "registered_batches"]
 
 _ALL_ROWS_REAL = "_poptorch_geometric_all_rows_real"
 _MASK_KEYS = ("nodes_mask", "edges_mask")
@@ -175,7 +175,7 @@ def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:
         raise _rows_error(trace, layer, rows, matches)
     if trace.padded_inputs is None:
         trace.padded_inputs = any(
-            _is_padded(t) for t in poptorch._tracedCallInputs())
+            is_padded_tensor(t) for t in poptorch._tracedCallInputs())
     if trace.padded_inputs:
         raise _unknown_masks_error(trace, layer, rows)
     return None
@@ -258,11 +258,11 @@ def register_padded(batch: BaseData) -> BaseData:
 def is_padded_batch(batch: Any) -> bool:
     """Whether ``batch`` holds a registered tensor."""
     return isinstance(batch, BaseData) and any(
-        _is_padded(value) for store in batch.stores
+        is_padded_tensor(value) for store in batch.stores
         for value in store.values() if isinstance(value, Tensor))
 
 
-def _is_padded(tensor: Tensor) -> bool:
+def is_padded_tensor(tensor: Tensor) -> bool:
     """``tensor`` or the tensor it is a view of is registered."""
     while tensor is not None:
         if _padded.get(id(tensor)) is tensor:

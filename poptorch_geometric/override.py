@@ -23,7 +23,9 @@ it around every capture. While it is active:
   so PyG takes its plain-PyTorch paths, which trace;
 - empty edge slots (index -1, from the neighbour searches and from
   ``remove_self_loops``) are inert in message passing's gather, in
-  scatters, softmax and degrees (:mod:`poptorch_geometric.ops.empty_slots`).
+  scatters, softmax and degrees: those take the slots' sink for an index
+  computed from such an edge index (:mod:`poptorch_geometric.ops.empty_slots`
+  tracks it while the model is traced).
 
 A PyG function that reads a size from tensor values because the caller
 did not give it (``scatter`` without ``dim_size``, ``global_add_pool``
@@ -44,7 +46,7 @@ Example::
 """
 import functools
 import sys
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch_geometric
@@ -131,7 +133,8 @@ def function_substitutions() -> List[Tuple[Callable, Callable]]:
     pairs = [(getattr(torch_geometric.utils, name), getattr(ops, name))
              for name in _UTILS_OPS]
     pairs += [(getattr(torch_geometric.utils, name),
-               getattr(ops.empty_slots, name)) for name in _EMPTY_SLOT_OPS]
+               getattr(ops.empty_slots, f"traced_{name}"))
+              for name in _EMPTY_SLOT_OPS]
     pairs += [(getattr(torch_geometric.nn.pool, name), getattr(ops, name))
               for name in _NEIGHBOUR_OPS]
     pairs.append((torch_geometric.nn.unpool.knn_interpolate,
@@ -173,6 +176,7 @@ class _TorchGeometricOpsSubstitutionManager:
         #: target -> {attribute: original}, filled by :meth:`replace`.
         self.overrides: Dict[Any, Dict[str, Any]] = {}
         self._saved: Dict[str, Any] = {}
+        self._tracking: Optional[ops.empty_slots.EmptySlotTracking] = None
 
     def _set(self, target: Any, name: str, value: Any) -> None:
         self.overrides.setdefault(target, {}).setdefault(
@@ -200,6 +204,11 @@ class _TorchGeometricOpsSubstitutionManager:
                     self._set(target, name,
                               _wrap(getattr(target, name), replacement))
         self._replace_functions(pairs)
+        # A fixed-size batch's edges hold no empty slot (its padding edges
+        # are loops on padding nodes): they take PyG's plain functions.
+        self._tracking = ops.empty_slots.EmptySlotTracking(
+            trusted=_padding_masks.is_padded_tensor)
+        self._tracking.__enter__()
 
     def _replace_functions(self, pairs: List[Tuple[Callable, Callable]]
                            ) -> None:
@@ -216,6 +225,9 @@ class _TorchGeometricOpsSubstitutionManager:
 
     def restore(self) -> None:
         """Puts back everything :meth:`replace` changed."""
+        if self._tracking is not None:
+            self._tracking.__exit__(None, None, None)
+            self._tracking = None
         _padding_masks.end_trace()
         for target, attributes in self.overrides.items():
             for name, original in attributes.items():

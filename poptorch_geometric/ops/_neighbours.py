@@ -13,6 +13,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .empty_slots import mark_empty_slots
+
 __all__ = ["as_points", "batch_vector", "check_batch", "distances",
            "nearest_slots", "to_edge_slots"]
 
@@ -91,4 +93,4 @@ def to_edge_slots(index: Tensor, valid: Tensor) -> Tensor:
     query = torch.arange(index.size(0), device=index.device).unsqueeze(1)
     row = torch.where(valid, query.expand_as(index), -1)
     col = torch.where(valid, index, -1)
-    return torch.stack([row.reshape(-1), col.reshape(-1)])
+    return mark_empty_slots(torch.stack([row.reshape(-1), col.reshape(-1)]))

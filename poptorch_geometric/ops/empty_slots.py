@@ -17,9 +17,18 @@ The functions here are PyG's, with one rule added for those slots:
 
 So a layer fed a graph with empty slots gives PyG's result on the graph
 without those edges, on every node and for the gradients, with both
-simulator backends. While a model is traced, these replace PyG's functions
-(:mod:`poptorch_geometric.override`); the fixed-shape layers of
-:mod:`poptorch_geometric.ops` call them directly.
+simulator backends. The fixed-shape layers of :mod:`poptorch_geometric.ops`
+call these functions directly.
+
+While a model is traced, the ``traced_*`` forms replace PyG's functions
+(:mod:`poptorch_geometric.override`). The sink costs a little in every
+scatter and gather, so they take it only for an index that may hold empty
+slots: the ops that make empty slots mark their edge index
+(:func:`mark_empty_slots`), and :class:`EmptySlotTracking`, active while
+the model is traced, marks every tensor computed from a marked one
+(``edge_index[1]``, a ``torch.cat`` of it, ...). Other indices (a fixed-size
+batch's own edges, which hold no empty slot) take PyG's functions as they
+are.
 
 Indices other than -1 keep PyG's meaning: a scatter still needs
 ``dim_size`` inside a traced model, and an index past the last row is an
@@ -37,17 +46,80 @@ Example::
     >>> degree(torch.tensor([1, -1, 1]), num_nodes=2)
     tensor([0., 2.])
 """
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 from torch_geometric.utils import degree as _pyg_degree
 from torch_geometric.utils import scatter as _pyg_scatter
 from torch_geometric.utils import softmax as _pyg_softmax
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
+import poptorch_core as poptorch
+
 __all__ = ["scatter", "softmax", "degree", "index_select", "to_sink",
+           "mark_empty_slots", "may_hold_empty_slots", "EmptySlotTracking",
+           "traced_scatter", "traced_softmax", "traced_degree",
            "message_passing_index_select"]
+
+_MARK = "_poptorch_empty_slots"
+
+
+def mark_empty_slots(edge_index: Tensor) -> Tensor:
+    """Marks ``edge_index`` (returned) as one that may hold empty slots."""
+    setattr(edge_index, _MARK, True)
+    return edge_index
+
+
+def may_hold_empty_slots(index: Any) -> bool:
+    """Whether ``index`` is marked, or computed from a marked tensor while
+    :class:`EmptySlotTracking` was active."""
+    return bool(getattr(index, _MARK, False))
+
+
+class EmptySlotTracking(TorchFunctionMode):
+    """Marks every tensor that a torch function computes from a tensor
+    that may hold empty slots: the mark follows an edge index through
+    indexing, views, casts and concatenation to the scatters and gathers
+    that read it. Marks over-approximate (a weight computed from a marked
+    index is marked too), which only costs the sink where it is not
+    needed.
+
+    The traced forward's integer inputs are marked too, unless
+    ``trusted(tensor)`` says the user's tensor behind one holds no empty
+    slot (a fixed-size batch's edges): an edge index the user made holds
+    whatever the user put in it.
+    """
+
+    def __init__(self, trusted: Callable[[Tensor], bool] = lambda t: False
+                 ) -> None:
+        super().__init__()
+        self._trusted = trusted
+        self._inputs_seen = False
+
+    def _mark_inputs(self) -> None:
+        pairs = poptorch._tracedInputPairs()  # pylint: disable=W0212
+        if not pairs:   # the traced forward has not started yet
+            return
+        self._inputs_seen = True
+        for given, traced in pairs:
+            if not (traced.is_floating_point() or traced.is_complex()
+                    or self._trusted(given)):
+                mark_empty_slots(traced)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self._inputs_seen:
+            self._mark_inputs()
+        out = func(*args, **kwargs)
+        if any(may_hold_empty_slots(leaf)
+               for leaf in tree_leaves((args, kwargs))):
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, Tensor):
+                    mark_empty_slots(leaf)
+        return out
 
 
 def to_sink(index: Tensor, dim_size: int) -> Tensor:
@@ -93,8 +165,12 @@ def degree(index: Tensor, num_nodes: Optional[int] = None,
 
 def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
     """``src.index_select(dim, index)`` reading row 0 for empty slots."""
+    return _gather(src, dim, index.clamp(min=0))
+
+
+def _gather(src: Tensor, dim: int, index: Tensor) -> Tensor:
     try:
-        return src.index_select(dim, index.clamp(min=0))
+        return src.index_select(dim, index)
     except IndexError:  # torch's "index out of range in self"
         # PyG's own message reads the index values, which a traced model
         # cannot; torch's names neither the edges nor the fix.
@@ -107,8 +183,39 @@ def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
             "of the same batch) and try again.") from None
 
 
+def traced_scatter(src: Tensor, index: Tensor, dim: int = 0,
+                   dim_size: Optional[int] = None,
+                   reduce: str = "sum") -> Tensor:
+    """:func:`scatter` for an index that may hold empty slots, else PyG's
+    ``scatter``."""
+    if may_hold_empty_slots(index):
+        return scatter(src, index, dim, dim_size, reduce)
+    return _pyg_scatter(src, index, dim, dim_size, reduce)
+
+
+def traced_softmax(src: Tensor, index: Optional[Tensor] = None,
+                   ptr: Optional[Tensor] = None,
+                   num_nodes: Optional[int] = None, dim: int = 0) -> Tensor:
+    """:func:`softmax` for an index that may hold empty slots, else PyG's
+    ``softmax``."""
+    if may_hold_empty_slots(index):
+        return softmax(src, index, ptr, num_nodes, dim)
+    return _pyg_softmax(src, index, ptr, num_nodes, dim)
+
+
+def traced_degree(index: Tensor, num_nodes: Optional[int] = None,
+                  dtype: Optional[torch.dtype] = None) -> Tensor:
+    """:func:`degree` for an index that may hold empty slots, else PyG's
+    ``degree``."""
+    if may_hold_empty_slots(index):
+        return degree(index, num_nodes, dtype)
+    return _pyg_degree(index, num_nodes, dtype)
+
+
 def message_passing_index_select(self, src: Tensor, index: Tensor
                                  ) -> Tensor:
     """``MessagePassing._index_select``: the gather of message passing,
     reading row 0 for empty slots (their messages go to the sink)."""
-    return index_select(src, self.node_dim, index)
+    if may_hold_empty_slots(index):
+        return index_select(src, self.node_dim, index)
+    return _gather(src, self.node_dim, index)

@@ -33,7 +33,7 @@ from torch import Tensor
 from torch_geometric.utils.loop import compute_loop_attr
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
-from .empty_slots import scatter, to_sink
+from .empty_slots import mark_empty_slots, scatter, to_sink
 
 __all__ = ["remove_self_loops", "add_remaining_self_loops"]
 
@@ -49,7 +49,7 @@ def _emptied(edge_index: Tensor) -> Tuple[Tensor, Tensor]:
     """``edge_index`` with its loops made empty slots, and the mask of the
     slots that are empty now (empty slots before included)."""
     is_loop = edge_index[0] == edge_index[1]
-    return edge_index.masked_fill(is_loop, -1), is_loop
+    return mark_empty_slots(edge_index.masked_fill(is_loop, -1)), is_loop
 
 
 def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None
@@ -101,8 +101,8 @@ def add_remaining_self_loops(edge_index: Tensor,
     num_nodes = maybe_num_nodes(edge_index, num_nodes)
     emptied, is_loop = _emptied(edge_index)
     loops = torch.arange(num_nodes, device=edge_index.device)
-    full = torch.cat([emptied, loops.to(edge_index.dtype).expand(2, -1)],
-                     dim=1)
+    full = mark_empty_slots(torch.cat(
+        [emptied, loops.to(edge_index.dtype).expand(2, -1)], dim=1))
     if edge_attr is None:
         return full, None
     if isinstance(fill_value, str):

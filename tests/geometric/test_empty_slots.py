@@ -203,3 +203,38 @@ def test_knn_graph_with_empty_slots_is_inert(backend):
         assert torch.isfinite(actual).all()
         torch.testing.assert_close(actual[:plain.num_nodes], expected,
                                    rtol=1e-4, atol=1e-5)
+
+
+def _traced_ops(model, *inputs):
+    graph = poptorch.traceModel(model, *inputs).main_graph.graph_module.graph
+    return [str(node.target) for node in graph.nodes
+            if node.op == "call_function"]
+
+
+def test_a_fixed_size_batch_takes_pyg_functions_as_they_are():
+    """A fixed-size batch's edges hold no empty slot: its scatters and
+    gathers carry no sink (no comparison of the index with 0, no extra
+    row); an edge index the model makes with empty slots does."""
+    graphs = _graphs((4, 5), seed=3, loops=False)
+    padded = pyg_ipu.FixedSizeCollater(SIZES)(graphs)
+    plain = _traced_ops(_Conv(GCNConv(4, 5, add_self_loops=False)),
+                        padded.x, padded.edge_index)
+    sink = {"aten.lt.Scalar", "aten.clamp.default", "aten.clamp_min.default"}
+    assert not sink & set(plain), plain
+    looped = _traced_ops(_Conv(GCNConv(4, 5)), padded.x, padded.edge_index)
+    assert "aten.lt.Scalar" in looped, looped
+
+
+@pytest.mark.parametrize("backend", ["interpret", "compile"])
+def test_an_edge_index_the_user_made_may_hold_empty_slots(backend):
+    """Tensors that no fixed-size loader made are taken as they may be:
+    -1 slots in a user's own edge index are inert too."""
+    torch.manual_seed(0)
+    model = _Conv(GATConv(4, 5, add_self_loops=False))
+    x = torch.randn(6, 4)
+    edges = torch.tensor([[0, 1, 2, 4, 5], [1, 2, 3, 3, 0]])
+    with_slots = torch.cat([edges, torch.full((2, 3), -1)], dim=1)
+    with torch.no_grad():
+        expected = model.eval()(x, edges)
+    actual = _traced(model, backend)(x, with_slots)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
