@@ -57,8 +57,7 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 
 def ipuHardwareVersion() -> int:
     """Raises: there is no IPU hardware on this system."""
-    if not (False):
-        raise AssertionError("No IPU hardware available on this system")
+    raise AssertionError("No IPU hardware available on this system")
 
 
 def importPoptorchMetadataFromFile(filename: str):

@@ -188,7 +188,7 @@ class DataLoader(torch.utils.data.DataLoader):
                    kwargs: Dict[str, Any]) -> bool:
         """Installs the per-process sampler; returns torch's ``shuffle``."""
         opts = self._options
-        if not (not shuffle or opts.exists("random_seed")):
+        if shuffle and not opts.exists("random_seed"):
             raise AssertionError(
                 "When using auto_distributed_partitioning you must set "
                 "poptorch.Options.randomSeed() to ensure that tensors are in the "

@@ -413,8 +413,8 @@ class PoplarExecutor:
         """Attaches to the device again after :meth:`detachFromDevice`
         (the host weights are copied to the device)."""
         program = self._state.require_program()
-        if not (self._state.options.connection_type != \
-                ConnectionType.Never.value):
+        if self._state.options.connection_type == \
+                ConnectionType.Never.value:
             raise AssertionError(
                 "Trying to attach to an offline device (ConnectionType.Never)")
         if self._state.attached:

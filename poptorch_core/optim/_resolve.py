@@ -117,10 +117,9 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
         if getattr(optimizer, "bias_correction", True):
             return _OptimizerType.LAMB
         return _OptimizerType.LAMB_NO_BIAS
-    if not (False):
-        raise AssertionError(
-            "Unsupported optimizer type. Types supported "
-            f"{list(_SUPPORTED)}")
+    raise AssertionError(
+        "Unsupported optimizer type. Types supported "
+        f"{list(_SUPPORTED)}")
 
 
 def _common_group_flag(optimizer: torch.optim.Optimizer, flag: str,
