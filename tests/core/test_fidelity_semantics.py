@@ -1,0 +1,180 @@
+"""PopTorch semantics that upstream scripts and tests rely on (issue 46,
+item 3): optimizer state written through ``load_state_dict``, complete or
+not, for every optimizer; ``setOptimizer`` with options frozen by
+compilation; BeginBlock through copies, saving and ``removeBlocks``; dict
+inputs; AdamW without bias correction; ``F.one_hot``'s class count; and
+config-file syntax errors.
+
+References are eager torch optimizers (or the update rule written out in
+``_reference_optim``) stepping copies of the same model on the same data,
+eager models, and the texts PopTorch raises.
+"""
+import copy
+import io
+import pickle
+import re
+
+import pytest
+import torch
+
+import poptorch
+from ._reference_optim import AdamWNoBiasReference, LambReference
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, torch.nn.functional.mse_loss(out, y)
+
+
+def _data(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(4, 3, generator=g), torch.randn(4, 2, generator=g)
+
+
+def _eager_step(model, optimizer, step):
+    optimizer.zero_grad()
+    model(*_data(step))[1].backward()
+    optimizer.step()
+
+
+def _assert_same_weights(a, b):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), msg=name)
+
+
+# --- 1. Optimizer state through load_state_dict ------------------------------
+
+_ADAM_NAMES = {"Accl1": "exp_avg", "Accl2": "exp_avg_sq", "Step": "step"}
+_RMSPROP_NAMES = {"Accl1": "square_avg", "Accl2": "grad_avg",
+                  "Accl3": "momentum_buffer"}
+_LAMB_NAMES = {"Accl1": "m", "Accl2": "v", "Step": "t"}
+
+# id -> (PopTorch optimizer, eager reference, PopART prefix -> reference
+# state key). The references are torch's optimizers, or PopTorch's rule
+# written out where torch has no such optimizer.
+OPTIMIZERS = {
+    "sgd": (lambda p: poptorch.optim.SGD(p, lr=0.1),
+            lambda p: torch.optim.SGD(p, lr=0.1), {}),
+    "sgd_momentum": (
+        lambda p: poptorch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.2,
+                                     weight_decay=0.01),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.2,
+                                  weight_decay=0.01),
+        {"Accl1": "momentum_buffer"}),
+    "sgd_velocity_scaling": (
+        lambda p: poptorch.optim.SGD(p, lr=0.1, momentum=0.9,
+                                     use_combined_accum=True,
+                                     velocity_scaling=4.0),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        {"Accl": "momentum_buffer"}),
+    "adam": (lambda p: poptorch.optim.Adam(p, lr=0.05),
+             lambda p: torch.optim.Adam(p, lr=0.05), _ADAM_NAMES),
+    "adamw": (lambda p: poptorch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+              lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+              _ADAM_NAMES),
+    "adamw_no_bias": (
+        lambda p: poptorch.optim.AdamW(p, lr=0.05, weight_decay=0.1,
+                                       bias_correction=False),
+        lambda p: AdamWNoBiasReference(p, lr=0.05, weight_decay=0.1),
+        _ADAM_NAMES),
+    "lamb": (lambda p: poptorch.optim.LAMB(p, lr=0.05),
+             lambda p: LambReference(p, lr=0.05), _LAMB_NAMES),
+    "lamb_no_bias": (
+        lambda p: poptorch.optim.LAMB(p, lr=0.05, bias_correction=False),
+        lambda p: LambReference(p, lr=0.05, bias_correction=False),
+        _LAMB_NAMES),
+    "rmsprop": (
+        lambda p: poptorch.optim.RMSprop(p, lr=0.01, momentum=0.5,
+                                         centered=True),
+        lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5,
+                                      centered=True),
+        _RMSPROP_NAMES),
+}
+
+
+def _reference_value(value):
+    """A reference optimizer's state entry as a float32 tensor (LAMB's
+    reference counts steps in a Python int)."""
+    return torch.as_tensor(value, dtype=torch.float32)
+
+
+def _reference_state(model, optimizer, names):
+    """The reference optimizer's state under PopART's names."""
+    return {f"{prefix}___{name}": _reference_value(
+        optimizer.state[param][key])
+        for name, param in model.named_parameters()
+        for prefix, key in names.items() if key in optimizer.state[param]}
+
+
+def _new_state(state, complete):
+    """Different, valid values for a state: whole step counts, and
+    ``Accl2`` (a second moment, or RMSprop's mean gradient) below every
+    other entry (RMSprop's mean square must exceed the squared mean
+    gradient). Without ``complete``, the bias has no entry and the weight
+    only its first one."""
+    g = torch.Generator().manual_seed(7)
+    new = {}
+    for key, value in state.items():
+        if not complete and (key.endswith("fc.bias") or
+                             not key.startswith(("Accl1", "Accl_"))):
+            continue
+        if key.startswith("Step"):
+            new[key] = value + 3
+        else:
+            low = 0.0 if key.startswith("Accl2") else 0.5
+            new[key] = torch.rand(value.shape, generator=g) * 0.5 + low
+    return new
+
+
+def _write_reference(model, optimizer, names, state):
+    params = dict(model.named_parameters())
+    for key, value in state.items():
+        prefix, name = key.split("___")
+        entry = optimizer.state[params[name]]
+        if isinstance(entry.get(names[prefix]), int):   # LAMB's step count
+            entry[names[prefix]] = int(value)
+        else:
+            entry[names[prefix]] = value.clone()
+
+
+@pytest.mark.parametrize("complete", [True, False],
+                         ids=["complete", "incomplete"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_loaded_optimizer_state_continues_as_eager(name, complete):
+    make, make_reference, names = OPTIMIZERS[name]
+    model = Net()
+    reference = copy.deepcopy(model)
+    optimizer = make(model.parameters())
+    ref_opt = make_reference(reference.parameters())
+    training = poptorch.trainingModel(model, optimizer=optimizer)
+    for step in range(2):
+        training(*_data(step))
+        _eager_step(reference, ref_opt, step)
+    saved = copy.deepcopy(optimizer.state_dict())
+    torch.testing.assert_close(saved["ipu_state"],
+                               _reference_state(reference, ref_opt, names))
+    # Hyper-parameter tensors are float32 as on the IPU (a random fill
+    # must work on each).
+    assert {v.dtype for v in saved["ipu_param"].values()} == {torch.float32}
+    # The device steps on, then a state read before that step is loaded.
+    training(*_data(2))
+    _eager_step(reference, ref_opt, 2)
+    saved["ipu_state"] = _new_state(saved["ipu_state"], complete)
+    optimizer.load_state_dict(saved)
+    _write_reference(reference, ref_opt, names, saved["ipu_state"])
+    # Read back before the next run: the loaded values, and the device's
+    # for the entries the loaded state lacks.
+    expected = _reference_state(reference, ref_opt, names)
+    torch.testing.assert_close(optimizer.state_dict()["ipu_state"], expected)
+    training(*_data(3))
+    _eager_step(reference, ref_opt, 3)
+    _assert_same_weights(model, reference)
+    torch.testing.assert_close(optimizer.state_dict()["ipu_state"],
+                               _reference_state(reference, ref_opt, names))
+
+
