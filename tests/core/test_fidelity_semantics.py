@@ -178,3 +178,71 @@ def test_loaded_optimizer_state_continues_as_eager(name, complete):
                                _reference_state(reference, ref_opt, names))
 
 
+# --- 2. setOptimizer with options frozen by compilation -----------------------
+
+RUNNING_REQUIRED = (
+    "Invalid optimizer: the new optimizer would require changing "
+    "options.Training.meanAccumulationAndReplicationReductionStrategy to "
+    "poptorch.MeanReductionStrategy.Running but the executable is already "
+    "compiled.")
+POST, RUNNING = poptorch.MeanReductionStrategy.Post, \
+    poptorch.MeanReductionStrategy.Running
+HALF, FLOAT = torch.float16, torch.float32
+
+
+@pytest.mark.parametrize("strategy, compiled_type, new_type, accepted", [
+    (POST, FLOAT, HALF, False),     # Running needed, options frozen
+    (RUNNING, FLOAT, HALF, True),   # already Running
+    (POST, HALF, FLOAT, True),      # wrapping switched to Running
+    (POST, HALF, HALF, True),
+])
+def test_set_optimizer_changes_the_accumulation_type_after_compilation(
+        strategy, compiled_type, new_type, accepted):
+    model = Net()
+    reference = copy.deepcopy(model)
+    opts = poptorch.Options()
+    opts.Training.setMeanAccumulationAndReplicationReductionStrategy(strategy)
+    training = poptorch.trainingModel(model, opts, poptorch.optim.SGD(
+        model.parameters(), lr=0.1, accum_type=compiled_type))
+    training.compile(*_data(0))
+    # The model's own options switched for a float16 accumulator; the
+    # user's stay as given, frozen.
+    assert training.options.Training.\
+        meanAccumulationAndReplicationReductionStrategy == \
+        (RUNNING if compiled_type == HALF else strategy)
+    assert opts.Training.meanAccumulationAndReplicationReductionStrategy \
+        == strategy
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
+        opts.Training.setMeanAccumulationAndReplicationReductionStrategy(
+            RUNNING)
+    new = poptorch.optim.SGD(model.parameters(), lr=0.1, accum_type=new_type)
+    if not accepted:
+        with pytest.raises(ValueError) as info:
+            training.setOptimizer(new)
+        assert str(info.value) == RUNNING_REQUIRED
+        return
+    training.setOptimizer(new)
+    training(*_data(0))
+    # The new type applies: the reduced gradient is stored in it.
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    reference(*_data(0))[1].backward()
+    for param in reference.parameters():
+        param.grad = param.grad.to(new_type).float()
+    ref_opt.step()
+    _assert_same_weights(model, reference)
+
+
+def test_set_optimizer_changes_the_moment_types_after_compilation():
+    model = Net()
+    optimizer = poptorch.optim.Adam(model.parameters(), lr=0.01)
+    training = poptorch.trainingModel(model, optimizer=optimizer)
+    training(*_data(0))
+    new = poptorch.optim.Adam(model.parameters(), lr=0.01,
+                              first_order_momentum_accum_type=HALF)
+    training.setOptimizer(new)
+    training(*_data(1))
+    state = new.state_dict()["ipu_state"]
+    assert state["Accl1___fc.weight"].dtype == HALF
+    assert state["Accl2___fc.weight"].dtype == FLOAT
+
+
