@@ -246,3 +246,70 @@ def test_set_optimizer_changes_the_moment_types_after_compilation():
     assert state["Accl2___fc.weight"].dtype == FLOAT
 
 
+# --- 3. BeginBlock through copies, saving and removeBlocks --------------------
+
+class TwoIpus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = poptorch.BeginBlock(torch.nn.Linear(4, 4), "b", ipu_id=1)
+
+    def forward(self, x):
+        out = self.b(torch.relu(self.a(x)))
+        return out, poptorch.identity_loss(out.sum(), "mean")
+
+
+def _duplicate(model, how):
+    if how == "deepcopy":
+        return copy.deepcopy(model)
+    if how == "pickle":
+        return pickle.loads(pickle.dumps(model))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def _block_hooks(model):
+    return {name: [repr(h) for h in m._forward_pre_hooks.values()]
+            for name, m in model.named_modules() if m._forward_pre_hooks}
+
+
+def _ipus_and_output(model, x):
+    """The IPUs the compiled model uses and its output."""
+    inference = poptorch.inferenceModel(
+        model, poptorch.Options().deviceIterations(2))
+    out = inference(x)[0]
+    return inference.simulationReport().to_dict()["ipus_per_replica"], out
+
+
+@pytest.mark.parametrize("wrapped", [False, True],
+                         ids=["model", "trained_model"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_begin_block_survives_copies_and_remove_blocks_strips_it(how,
+                                                                  wrapped):
+    model = TwoIpus()
+    x = torch.randn(8, 4)
+    if wrapped:
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(4)
+        poptorch.trainingModel(model, opts)(x)
+    twin = _duplicate(model, how)
+    assert type(twin) is TwoIpus     # never PopTorch's wrapper class
+    assert _block_hooks(twin) == _block_hooks(model) == {
+        "b": ["BeginBlock(user_id=b, ipu_id=1)"]}
+    _assert_same_weights(twin, model)   # the trained weights, if trained
+    ipus, out = _ipus_and_output(twin, x)
+    assert ipus == 2
+    torch.testing.assert_close(out, twin(x)[0])
+    poptorch.removeBlocks(twin)
+    assert _block_hooks(twin) == {}
+    assert _block_hooks(model) == {"b": ["BeginBlock(user_id=b, ipu_id=1)"]}
+    ipus, out = _ipus_and_output(twin, x)
+    assert ipus == 1
+    torch.testing.assert_close(out, twin(x)[0])
+    # Blocks can be given again once removed.
+    poptorch.BeginBlock(twin.a, "a", ipu_id=1)
+    assert _block_hooks(twin) == {"a": ["BeginBlock(user_id=a, ipu_id=1)"]}
+
+
