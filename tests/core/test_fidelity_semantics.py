@@ -313,3 +313,64 @@ def test_begin_block_survives_copies_and_remove_blocks_strips_it(how,
     assert _block_hooks(twin) == {"a": ["BeginBlock(user_id=a, ipu_id=1)"]}
 
 
+# --- 4. Dict inputs --------------------------------------------------------------
+
+class DictNet(torch.nn.Module):
+    """Nested dicts, positional and keyword; writes into an input."""
+
+    def forward(self, x, d, *, extra=None):
+        d["b"]["c"] += 1.0
+        out = x * d["a"] - d["b"]["c"] + 2 * d["b"]["e"]
+        if extra is not None:
+            out = out + 10 * extra["k"]
+        return out, {"s": d["a"] + 1, "t": d["b"]["e"] * 3}
+
+
+def _dict_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+
+    def rand():
+        return torch.randn(4, 2, generator=g)
+
+    return rand(), {"a": rand(), "b": {"c": rand(), "e": rand()}}, \
+        {"k": rand()}
+
+
+def _reordered(d):
+    """The same dict (same tensors), keys in reverse order, recursively."""
+    return {k: _reordered(v) if isinstance(v, dict) else v
+            for k, v in reversed(list(d.items()))}
+
+
+@pytest.mark.parametrize("call", ["positional", "keyword"])
+@pytest.mark.parametrize("order", ["same", "reordered"])
+def test_dict_inputs_match_eager(order, call):
+    model = DictNet()
+    inference = poptorch.inferenceModel(
+        model, poptorch.Options().deviceIterations(2))
+    inference(*_dict_inputs(0)[:2], extra=_dict_inputs(0)[2])   # compiles
+    x, d, extra = _dict_inputs(1)
+    eager_inputs = copy.deepcopy((x, d, extra))
+    expected = model(eager_inputs[0], eager_inputs[1], extra=eager_inputs[2])
+    if order == "reordered":
+        d, extra = _reordered(d), _reordered(extra)
+    if call == "positional":
+        out = inference(x, d, extra=extra)
+    else:
+        out = inference(d=d, x=x, extra=extra)
+    torch.testing.assert_close(out, expected)
+    # The in-place change reached the caller's tensor.
+    torch.testing.assert_close(d["b"]["c"], eager_inputs[1]["b"]["c"])
+
+
+def test_dict_keyword_arguments_match_eager_in_any_order():
+    class Kwargs(torch.nn.Module):
+        def forward(self, **named):
+            return named["a"] * 2 + named["b"]
+
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    inference = poptorch.inferenceModel(Kwargs())
+    inference(a=a, b=b)
+    torch.testing.assert_close(inference(b=b, a=a), a * 2 + b)
+
+
