@@ -374,3 +374,63 @@ def test_dict_keyword_arguments_match_eager_in_any_order():
     torch.testing.assert_close(inference(b=b, a=a), a * 2 + b)
 
 
+# --- 5. AdamW without bias correction ----------------------------------------
+
+def _adamw_runs(opts, model_factory=Net, **kwargs):
+    """Weights after three IPU steps of poptorch's AdamW."""
+    model = model_factory()
+    start = copy.deepcopy(model)
+    training = poptorch.trainingModel(
+        model, opts, poptorch.optim.AdamW(model.parameters(), **kwargs))
+    for step in range(3):
+        training(*_data(step))
+    return start, model
+
+
+def _g2():
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(2)
+    return opts
+
+
+class HalfFrozen(Net):
+    def __init__(self):
+        super().__init__()
+        self.fc.bias.requires_grad_(False)
+
+
+@pytest.mark.parametrize("opts, model_factory", [
+    (None, Net),
+    (_g2, Net),                 # two micro-batches per step
+    (None, HalfFrozen),         # a parameter without gradient
+], ids=["one_micro_batch", "accumulation", "frozen_bias"])
+def test_adamw_without_bias_correction_follows_its_rule(opts, model_factory):
+    hyper = dict(lr=0.05, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
+    start, model = _adamw_runs(opts and opts(), model_factory,
+                               bias_correction=False, **hyper)
+    reference = copy.deepcopy(start)
+    ref_opt = AdamWNoBiasReference(
+        [p for p in reference.parameters() if p.requires_grad], **hyper)
+    corrected = copy.deepcopy(start)
+    torch_opt = torch.optim.AdamW(
+        [p for p in corrected.parameters() if p.requires_grad], **hyper)
+    for step in range(3):
+        _eager_step(reference, ref_opt, step)
+        _eager_step(corrected, torch_opt, step)
+    _assert_same_weights(model, reference)
+    # ... which is not torch's bias-corrected AdamW.
+    assert not torch.allclose(model.fc.weight, corrected.fc.weight)
+
+
+def test_adamw_without_bias_correction_matches_torch_where_the_rules_agree():
+    # With both betas 0 the bias corrections 1 - beta**t are 1: torch's
+    # AdamW then follows the same rule.
+    hyper = dict(lr=0.05, betas=(0.0, 0.0), eps=1e-6, weight_decay=0.1)
+    start, model = _adamw_runs(None, bias_correction=False, **hyper)
+    reference = copy.deepcopy(start)
+    ref_opt = torch.optim.AdamW(reference.parameters(), **hyper)
+    for step in range(3):
+        _eager_step(reference, ref_opt, step)
+    _assert_same_weights(model, reference)
+
+
