@@ -434,3 +434,42 @@ def test_adamw_without_bias_correction_matches_torch_where_the_rules_agree():
     _assert_same_weights(model, reference)
 
 
+# --- 6. F.one_hot's class count -------------------------------------------------
+
+class OneHot(torch.nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        self.args = args
+
+    def forward(self, x):
+        return torch.nn.functional.one_hot(x, *self.args)
+
+
+ONE_HOT_UNSPECIFIED = "OneHot num classes must be specified and must be " \
+    "constant."
+TOO_SMALL = "Class values must be smaller than num_classes."
+NEGATIVE = "Class values must be non-negative."
+
+
+@pytest.mark.parametrize("args, values, text", [
+    ((), [0, 2, 1], ONE_HOT_UNSPECIFIED),
+    ((-1,), [0, 2, 1], ONE_HOT_UNSPECIFIED),
+    ((0,), [0, 2, 1], TOO_SMALL),
+    ((-3,), [0, 2, 1], TOO_SMALL),
+    ((2,), [0, 2, 1], TOO_SMALL),
+    ((3,), [0, -1, 1], NEGATIVE),
+], ids=["missing", "minus_one", "zero", "negative", "too_small",
+        "negative_value"])
+def test_one_hot_with_an_invalid_class_count_raises_poptorchs_text(
+        args, values, text):
+    x = torch.tensor(values)
+    if args not in [(), (-1,)]:
+        # Eager PyTorch refuses these with the same words.
+        with pytest.raises(RuntimeError, match=re.escape(text)):
+            OneHot(*args)(x)
+    with pytest.raises(poptorch.Error) as info:
+        poptorch.inferenceModel(OneHot(*args))(x)
+    assert str(info.value).startswith(text)
+    assert "test_fidelity_semantics.py" in str(info.value)   # user's line
+
+
