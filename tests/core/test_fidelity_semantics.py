@@ -473,3 +473,23 @@ def test_one_hot_with_an_invalid_class_count_raises_poptorchs_text(
     assert "test_fidelity_semantics.py" in str(info.value)   # user's line
 
 
+# --- 7. Config-file syntax errors -------------------------------------------
+
+@pytest.mark.parametrize("bad", [
+    "replicationFactor(2",
+    "deviceIterations(2))",
+    "Training.gradientAccumulation = = 2  # a comment",
+    "outputMode(poptorch.OutputMode.All,,)",
+])
+def test_config_file_syntax_error_quotes_the_command(tmp_path, bad):
+    path = tmp_path / "bad.conf"
+    path.write_text("deviceIterations(4)\n" + bad + "\n")
+    # Python's own words for the command PopTorch runs.
+    try:
+        compile("options." + bad.strip(), "bad.conf", "exec")
+    except SyntaxError as err:
+        detail = err.msg
+    with pytest.raises(poptorch.options.ConfigFileError) as info:
+        poptorch.Options().loadFromFile(str(path))
+    assert str(info.value) == (f"SyntaxError at line 2 of bad.conf: "
+                               f"{detail}\n> options.{bad.strip()}")
