@@ -5,6 +5,7 @@ There is no automatic recompilation: any change of structure, dtype, shape
 or non-tensor value after compilation is an error that says what changed and
 how to recompile.
 """
+import copy
 import dataclasses
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -238,17 +239,56 @@ class InputSignature:
                    list(bound.names),
                    {k: describe(v) for k, v in bound.named.items()})
 
-    def validate(self, bound: BoundArgs) -> None:
-        """Raises PopTorch's mismatch error for the first difference."""
+    def validate(self, bound: BoundArgs) -> BoundArgs:
+        """Raises PopTorch's mismatch error for the first difference.
+
+        Returns ``bound`` with its dicts in the compiled key order: key
+        order does not matter to PopTorch, and the compiled graph takes a
+        dict's tensors in the order it was compiled with."""
         positional = tuple(describe(v) for v in bound.positional)
         named = {k: describe(v) for k, v in bound.named.items()}
-        if positional == self.positional and named == self.named:
-            return
-        if len(positional) != len(self.positional):
-            raise _mismatch(
-                "Number of positional arguments mismatch: expected "
-                f"{len(self.positional)} arguments but got {len(positional)}.")
-        for name, expected, got in zip(self.names, self.positional,
-                                       positional):
-            _compare(name, expected, got)
-        _compare_dicts("named arguments", self.named, named)
+        if positional != self.positional or named != self.named:
+            if len(positional) != len(self.positional):
+                raise _mismatch(
+                    "Number of positional arguments mismatch: expected "
+                    f"{len(self.positional)} arguments but got "
+                    f"{len(positional)}.")
+            for name, expected, got in zip(self.names, self.positional,
+                                           positional):
+                _compare(name, expected, got)
+            _compare_dicts("named arguments", self.named, named)
+        return BoundArgs(
+            [_in_order(v, d) for v, d in zip(bound.positional,
+                                             self.positional)],
+            bound.names,
+            {k: _in_order(bound.named[k], d) for k, d in self.named.items()})
+
+
+def _in_order(value: Any, desc: Any) -> Any:
+    """``value`` (which matches the description ``desc``) with every dict
+    in ``desc``'s key order; ``value`` itself when nothing moves. The
+    containers are rebuilt, the tensors are the caller's (in-place changes
+    are written back to them).
+
+    Example::
+
+        >>> _in_order({"b": 1, "a": 2}, (dict, {"a": None, "b": None}))
+        {'a': 2, 'b': 1}
+    """
+    if isinstance(value, dict) and isinstance(desc[1], dict):
+        items = [(k, _in_order(value[k], d)) for k, d in desc[1].items()]
+        if list(value) == [k for k, _ in items] and \
+                all(v is value[k] for k, v in items):
+            return value
+        ordered = copy.copy(value)   # keeps an OrderedDict subclass's type
+        ordered.clear()
+        ordered.update(items)
+        return ordered
+    if isinstance(value, (tuple, list)) and desc[0] is type(value):
+        items = [_in_order(v, d) for v, d in zip(value, desc[1])]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        # A namedtuple takes its fields as arguments.
+        return type(value)(*items) if hasattr(value, "_fields") else \
+            type(value)(items)
+    return value

@@ -304,7 +304,7 @@ class PoplarExecutor:
             self._follow_trained_weights()
         program = state.program
         program.state.warn_if_host_edited()
-        program.signature.validate(bound)
+        bound = program.signature.validate(bound)
         if state.options.popartOption("instrumentWithHardwareCycleCounter"):
             # PopTorch's backend: no cycle counters without hardware.
             raise _impl._cpp_error(_CYCLE_COUNT_HW_ONLY)

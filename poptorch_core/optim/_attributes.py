@@ -194,6 +194,11 @@ def _is_constant(optimizer: torch.optim.Optimizer, kind: _OptimizerType,
                  name: str, value: Any, auto_loss_scaling: bool) -> bool:
     if name == "loss_scaling" and auto_loss_scaling:
         return False
+    if name.endswith("accum_type"):
+        # A storage dtype, not a hyper-parameter PopTorch can mark: a new
+        # optimizer's types apply (PopTorch refuses only a float16
+        # accum_type that needs another reduction strategy, above).
+        return False
     variable_attrs = getattr(optimizer, "variable_attrs", None)
     if variable_attrs is not None:
         return variable_attrs.isConstant(name)

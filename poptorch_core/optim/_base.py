@@ -159,10 +159,22 @@ class Optimizer:
         self.set_state_dict(state_dict)
 
     def set_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Stores the IPU part of ``state_dict`` to be written to the device."""
+        """Stores the IPU part of ``state_dict`` to be written to the device.
+
+        Until the next run the host copy is the truth: ``state_dict()``
+        returns the loaded entries and, while attached to a compiled
+        model, the device's values of the entries the loaded state lacks
+        (which the device keeps)."""
         self._check_ipu_state_dict(state_dict)
-        self._state_dict = {key: state_dict[key] for key in _IPU_KEYS}
+        loaded = {key: state_dict[key] for key in _IPU_KEYS}
+        if self._device_state_source is not None and \
+                isinstance(loaded["ipu_state"], Mapping):
+            current = self.state_dict()["ipu_state"]
+            if current is not None:
+                loaded["ipu_state"] = {**current, **loaded["ipu_state"]}
+        self._state_dict = loaded
         self.ipu_state_is_dirty = True
+        self.host_state_is_dirty = False
 
     def has_state(self) -> bool:
         """True when the optimizer holds an IPU state and parameters, or a

@@ -7,7 +7,9 @@ native torch optimizer left at their default values (``weight_decay=0``,
 ``momentum=0``, ...; ``lr`` is always variable). ``setOptimizer`` after
 compilation may change variable attributes only; changing a constant one
 (or making it variable) is an error, as on the IPU. A different optimizer
-type is not compared: the simulator starts it with a fresh state.
+type is not compared: the simulator starts it with a fresh state. The
+accumulation types are storage dtypes, described as variable: a new
+optimizer's types apply.
 
 Example::
 

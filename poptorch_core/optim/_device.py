@@ -249,9 +249,9 @@ class DeviceOptimizer:
                             _cpu_copy(tensor)
                 ipu_param.update(_param_tensors(kind, hp, param_name,
                                                 loss_scaling))
-        ipu_param["lossScaling_FLOAT"] = torch.tensor(loss_scaling)
+        ipu_param["lossScaling_FLOAT"] = _float_tensor(loss_scaling)
         if self._auto_loss_scaling:
-            ipu_state[_LOSS_SCALE_UPDATE_FACTOR] = torch.tensor(
+            ipu_state[_LOSS_SCALE_UPDATE_FACTOR] = _float_tensor(
                 self._loss_scale_update_factor)
         return {"ipu_state": ipu_state, "ipu_param": ipu_param}
 
@@ -403,14 +403,20 @@ def _param_tensors(kind: _OptimizerType, hp: Mapping[str, object],
         scaled_lr = lr * (1 - hp["dampening"])
         return {
             f"scaledLearningRate0___specific___{param_name}":
-            torch.tensor(scaled_lr / loss_scaling),
+            _float_tensor(scaled_lr / loss_scaling),
             f"weightDecayScaleFactor0___specific___{param_name}":
-            torch.tensor(1 - scaled_lr * weight_decay),
+            _float_tensor(1 - scaled_lr * weight_decay),
         }
     return {
-        f"learningRate___specific___{param_name}": torch.tensor(lr),
-        f"weightDecay___specific___{param_name}": torch.tensor(weight_decay),
+        f"learningRate___specific___{param_name}": _float_tensor(lr),
+        f"weightDecay___specific___{param_name}": _float_tensor(weight_decay),
     }
+
+
+def _float_tensor(value: float) -> torch.Tensor:
+    """A hyper-parameter as the IPU holds it: a float32 scalar, also for
+    torch's integer defaults (``weight_decay=0``, ``lr=1``)."""
+    return torch.tensor(float(value), dtype=torch.float32)
 
 
 def _clip(grads: List[torch.Tensor], max_norm: float) -> None:

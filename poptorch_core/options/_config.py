@@ -33,7 +33,11 @@ __all__ = ["ConfigFileError"]
 class ConfigFileError(Exception):
     """A config file given to ``Options.loadFromFile`` has a syntax error.
 
-    The message names the line (its number in the file) and shows its text.
+    The message names the line (its number in the file) and quotes the
+    command that failed, as PopTorch does::
+
+        SyntaxError at line 4 of bad.conf: '(' was never closed
+        > options.replicationFactor(2
     """
 
 
@@ -117,14 +121,15 @@ def load_from_file(options: Any, filepath: str) -> None:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
+        command = "options." + stripped
         try:
-            code = compile("options." + stripped,
-                           f"{name}:{lineno}", "exec")
+            code = compile(command, f"{name}:{lineno}", "exec")
         except SyntaxError as err:
             _refuse_json(text, name)
+            # PopTorch quotes the command it ran, "options." included.
             raise ConfigFileError(
                 f"SyntaxError at line {lineno} of {name}: "
-                f"{err.msg}\n> {stripped}") from None
+                f"{err.msg}\n> {command}") from None
         compiled.append((lineno, stripped, code))
     values = _option_values()
 

@@ -203,13 +203,8 @@ class IpuFunctionMode(TorchFunctionMode):
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
-            if name is None and func is F.one_hot and \
-                    "smaller than num_classes" in str(error):
-                raise rules.rule_error(
-                    "one_hot: a class value of the traced inputs is not "
-                    f"smaller than num_classes ({_one_hot_classes(args, kwargs)})"
-                    ". Pass the number of classes as num_classes.",
-                    self._location()) from None
+            if name is None and func is F.one_hot:
+                _check_one_hot_values(error, args, kwargs, self._location())
             _integer_operands.check(name or _name(func), args, kwargs,
                                     error, self._location())
             if _TRACER_VALUE_READ not in str(error):
@@ -224,8 +219,22 @@ class IpuFunctionMode(TorchFunctionMode):
                 "constant length (x[s:s + K]).", self._location()) from None
 
 
-def _one_hot_classes(args, kwargs):
-    return args[1] if len(args) > 1 else kwargs.get("num_classes")
+def _check_one_hot_values(error: RuntimeError, args, kwargs,
+                          location: str) -> None:
+    """Eager PyTorch's error for class values of the traced inputs that
+    ``num_classes`` does not cover, with the user's line; other errors
+    pass."""
+    if "smaller than num_classes" in str(error):
+        num_classes = args[1] if len(args) > 1 else kwargs.get("num_classes")
+        raise rules.rule_error(
+            f"{rules.ONE_HOT_TOO_SMALL} one_hot: a class value of the traced "
+            f"inputs is not smaller than num_classes ({num_classes}). Pass "
+            "the number of classes as num_classes.", location) from None
+    if "non-negative" in str(error):
+        raise rules.rule_error(
+            "Class values must be non-negative. one_hot: a class value of "
+            "the traced inputs is negative. Give one_hot class indices from "
+            "0 to num_classes - 1.", location) from None
 
 
 def _name(func: Callable) -> str:

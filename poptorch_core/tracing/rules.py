@@ -131,12 +131,15 @@ _DYNAMIC_FIX = {
 }
 
 
-def dynamic_shape_error(kind: str, op_name: str, location: str) -> Error:
+def dynamic_shape_error(kind: str, op_name: str, location: str,
+                        prefix: str = "") -> Error:
+    """The error for an op whose output shape depends on the data;
+    ``prefix`` is PopTorch's own text where it has one."""
     why, fix = _DYNAMIC_FIX[kind]
     return rule_error(
-        f"{op_name} cannot run on an IPU: {why}, so its output shape depends "
-        f"on the data, and an IPU only runs graphs whose shapes are fixed at "
-        f"compile time. {fix}.", location)
+        f"{prefix}{op_name} cannot run on an IPU: {why}, so its output shape "
+        f"depends on the data, and an IPU only runs graphs whose shapes are "
+        f"fixed at compile time. {fix}.", location)
 
 
 def _has_bool_index(node: torch.fx.Node) -> bool:
@@ -197,17 +200,28 @@ def check_graph(graph_module: torch.fx.GraphModule,
                                       node_user_location(node, excludes))
 
 
+#: PopTorch's error for ``F.one_hot`` without a class count.
+ONE_HOT_UNSPECIFIED = ("OneHot num classes must be specified and must be "
+                       "constant.")
+#: Eager PyTorch's error for a class value the class count does not cover.
+ONE_HOT_TOO_SMALL = "Class values must be smaller than num_classes."
+
+
 def check_one_hot(args: Sequence[object], kwargs: Dict[str, object],
                   location: str) -> None:
-    """``F.one_hot`` needs a fixed, positive number of classes."""
+    """``F.one_hot`` needs a fixed, positive number of classes: without
+    one PopTorch's error, with one that no class value fits (0, a negative
+    count) eager PyTorch's, each followed by the fix."""
     num_classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
     if num_classes == -1:
-        raise dynamic_shape_error("one_hot", "one_hot", location)
+        raise dynamic_shape_error("one_hot", "one_hot", location,
+                                  prefix=ONE_HOT_UNSPECIFIED + " ")
     if not isinstance(num_classes, int) or isinstance(num_classes, bool) or \
             num_classes < 1:
         raise rule_error(
-            f"one_hot: num_classes must be a positive int, got "
-            f"{num_classes!r}. Pass the number of classes.", location)
+            f"{ONE_HOT_TOO_SMALL} one_hot: num_classes must be a positive "
+            f"int, got {num_classes!r}. Pass the number of classes.",
+            location)
 
 
 def zero_sized_error(shape: Iterable[int]) -> Error:

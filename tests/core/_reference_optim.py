@@ -73,3 +73,34 @@ class TFRMSpropReference(torch.optim.Optimizer):
                     state["mom"] = group["momentum"] * state["mom"] + delta
                     delta = state["mom"]
                 p.sub_(delta)
+
+
+class AdamWNoBiasReference(torch.optim.Optimizer):
+    """PopTorch's AdamW with ``bias_correction=False``: AdamW's decoupled
+    weight decay and moments, with neither moment bias-corrected."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps,
+                                      weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=torch.tensor(0.0),
+                                 exp_avg=torch.zeros_like(p),
+                                 exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                g = p.grad
+                state["exp_avg"] = b1 * state["exp_avg"] + (1 - b1) * g
+                state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + \
+                    (1 - b2) * g * g
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.sub_(group["lr"] * state["exp_avg"] /
+                       (state["exp_avg_sq"].sqrt() + group["eps"]))

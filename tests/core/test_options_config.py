@@ -44,7 +44,7 @@ def test_load_from_file_syntax_error_names_the_file_line(tmp_path):
         opts.loadFromFile(path)
     message = str(info.value)
     assert message.startswith("SyntaxError at line 4 of bad.conf: ")
-    assert message.endswith("\n> replicationFactor(2")
+    assert message.endswith("\n> options.replicationFactor(2")
     # Nothing was applied: the whole file is checked first.
     assert opts.device_iterations == 1
 
