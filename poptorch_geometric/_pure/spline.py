@@ -74,9 +74,11 @@ def spline_basis(pseudo: Tensor, kernel_size: Tensor,
     device = pseudo.device
     kernel_size = kernel_size.to(device, torch.long)
     combos = (degree + 1) ** dims
-    # k[s, d]: digit d of s in base degree + 1, dimension 0 the fastest.
-    k = torch.arange(combos, device=device).unsqueeze(1) // \
-        (degree + 1) ** torch.arange(dims, device=device) % (degree + 1)
+    # k[s, d]: digit d of s in base degree + 1, dimension 0 the fastest
+    # (made from Python ints: a constant of a traced graph).
+    k = torch.tensor([[s // (degree + 1) ** d % (degree + 1)
+                       for d in range(dims)] for s in range(combos)],
+                     dtype=torch.long, device=device).view(combos, dims)
     scale = kernel_size - degree * is_open_spline.to(device, torch.long)
     v = pseudo * scale.to(pseudo.dtype)
     start = torch.floor(v)
