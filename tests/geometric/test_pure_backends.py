@@ -108,6 +108,24 @@ def test_pyg_radius_graph_equals_brute_force(points, r, limit, loop):
     assert out.tolist() == [cols, rows]
 
 
+def test_large_examples_equal_brute_force(monkeypatch):
+    """Rows longer than a whole sort takes (the k smallest first, ties
+    still to the lower index), one example's queries in several blocks,
+    and small examples grouped."""
+    from poptorch_geometric._pure import neighbours
+    monkeypatch.setattr(neighbours, "_GROUP_ENTRIES", 5000)
+    monkeypatch.setattr(neighbours, "_BLOCK_ENTRIES", 20000)
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randint(-4, 5, (400, 2), generator=gen).float()   # many ties
+    batch = torch.tensor([0] * 300 + [1] * 10 + [2] * 10 + [3] * 80)
+    out = pyg_nn.knn_graph(x, 4, batch, loop=True, flow="target_to_source")
+    assert out.tolist() == _found(*knn_pairs(x, x, 4, batch, batch))
+    out = pyg_nn.radius_graph(x, 1.5, batch, max_num_neighbors=3,
+                              flow="target_to_source")
+    assert out.tolist() == _found(*radius_pairs(x, x, 1.5, batch, batch, 3,
+                                                exclude_self=True))
+
+
 def test_pyg_nearest_equals_brute_force():
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(-3, 4, (15, 2), generator=gen).float()
