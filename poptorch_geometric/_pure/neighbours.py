@@ -51,7 +51,7 @@ _BLOCK_ENTRIES = 1 << 24
 #: Small examples are searched together, up to this many entries (the
 #: distances between examples are masked): one call per example would cost
 #: more than the search.
-_GROUP_ENTRIES = 1 << 20
+_GROUP_ENTRIES = 1 << 16
 #: Rows up to this long are sorted whole; longer ones take the k smallest
 #: first (a sort of every point per query costs far more than the search).
 _SORT_WHOLE = 256
