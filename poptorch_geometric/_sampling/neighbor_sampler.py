@@ -1,7 +1,9 @@
 """A fixed-fanout neighbour sampler in plain torch, for PyG's loaders.
 
 PyG's ``NeighborSampler`` needs pyg-lib or torch-sparse, which have no
-wheels for every platform. :class:`TorchNeighborSampler` takes the same
+wheels for every platform (without them,
+:mod:`poptorch_geometric.pure_backends` makes it sample with this
+sampler's code). :class:`TorchNeighborSampler` takes the same
 arguments and gives the same outputs (``SamplerOutput`` /
 ``HeteroSamplerOutput``), so ``torch_geometric.loader.NeighborLoader``
 accepts it as its ``neighbor_sampler``.
