@@ -168,9 +168,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-3)
     args = parser.parse_args(argv)
     if args.cpu_reference:
-        parser.error("--cpu-reference is not available for this example: "
-                     "PyG's radius_graph and knn_graph run eagerly only "
-                     "with pyg-lib, which PyPI does not ship.")
+        parser.error("--cpu-reference is not implemented for this example: "
+                     "it trains on the simulated IPU only.")
     if args.quick:
         args.epochs, args.molecules = 3, min(args.molecules, 100)
     return args

@@ -36,6 +36,8 @@ from .neighbor_loader import (FixedSizeNeighborLoader,
                               PyGFixedSizeNeighborLoader,
                               TorchNeighborSampler)
 from .pyg_cluster_loader import ClusterData
+from .pure_backends import PureBackendsChange, use_pure_python_backends
+from . import pure_backends
 from .override import _TorchGeometricOpsSubstitutionManager
 from .stream_packing_sampler import StreamPackingSampler
 from .types import PyGArgsParser, registerCustomArgParsers
@@ -80,6 +82,8 @@ __all__ = [
     "ops",
     "with_loss",
     "registerCustomArgParsers",
+    "PureBackendsChange",
+    "use_pure_python_backends",
 ]
 
 
@@ -93,3 +97,7 @@ def _registerOverrides() -> None:
 _registerOverrides()
 registerCustomArgParsers()
 _known_fixes.register()
+# PyG's knn, SplineConv, ClusterData, NeighborLoader, ... raise ImportError
+# without pyg-lib or torch-sparse; with these they run (pure_backends.py).
+if pure_backends.enabled_by_environment():
+    use_pure_python_backends()

@@ -32,6 +32,7 @@ Example::
     >>> all_rows_real(layer) is layer
     True
 """
+import contextlib
 import dataclasses
 import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -44,7 +45,7 @@ from torch_geometric.data.data import BaseData
 import poptorch_core as poptorch
 
 __all__ = ["all_rows_real", "begin_trace", "end_trace", "graph_slots",
-           "real_rows", "record_batch", "register_padded",
+           "real_rows", "rows_within", "record_batch", "register_padded",
            "is_padded_batch", "is_padded_tensor", "registered_batches"]
 
 _ALL_ROWS_REAL = "_poptorch_geometric_all_rows_real"
@@ -63,6 +64,9 @@ class _Trace:
     padded_inputs: Optional[bool] = None
     #: A batch without masks was received.
     unmasked_batch: bool = False
+    #: Masks of rows that a layer lays out itself (:func:`rows_within`),
+    #: ahead of the batch's.
+    own: List[Tensor] = dataclasses.field(default_factory=list)
 
 
 _traces: List[_Trace] = []
@@ -167,6 +171,9 @@ def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:
             getattr(layer, _ALL_ROWS_REAL, False):
         return None
     trace = _traces[-1]
+    for mask in reversed(trace.own):
+        if mask.shape[0] == rows:
+            return mask
     if trace.masks:
         matches = _unique([(what, mask) for what, mask in trace.masks
                            if mask.shape[0] == rows])
@@ -179,6 +186,23 @@ def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:
     if trace.padded_inputs:
         raise _unknown_masks_error(trace, layer, rows)
     return None
+
+
+@contextlib.contextmanager
+def rows_within(mask: Optional[Tensor]) -> Iterator[None]:
+    """Inside the block, a norm over ``mask.shape[0]`` rows takes ``mask``
+    (boolean) as its real rows, ahead of the batch's masks: for a layer
+    that lays out rows of its own (XConv: ``K`` neighbour rows per node,
+    real when their node is). ``None`` (no trace) changes nothing."""
+    if mask is None or not _traces:
+        yield
+        return
+    own = _traces[-1].own
+    own.append(mask)
+    try:
+        yield
+    finally:
+        own.pop()
 
 
 def _unknown_masks_error(trace: _Trace, layer: torch.nn.Module,

@@ -97,6 +97,8 @@ def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
         nn.conv.FiLMConv: {"forward": ops.FiLMConv.forward},
         nn.conv.GPSConv: {"forward": ops.GPSConv.forward},
         nn.conv.MeshCNNConv: {"message": ops.MeshCNNConv.message},
+        **{getattr(nn, name): {"forward": getattr(ops, name).forward}
+           for name in ("DynamicEdgeConv", "GravNetConv", "XConv")},
         nn.conv.ppf_conv: {"get_angle": ops.point_pair.get_angle},
         nn: {"knn_interpolate": ops.knn_interpolate},
         nn.unpool: {"knn_interpolate": ops.knn_interpolate},

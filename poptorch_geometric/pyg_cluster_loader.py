@@ -38,7 +38,8 @@ __all__ = ["ClusterData", "FixedSizeClusterLoader"]
 
 class ClusterData(torch_geometric.loader.ClusterData):
     """PyG's ``ClusterData`` with METIS from ``pymetis`` (PyG's needs
-    pyg-lib or torch-sparse).
+    pyg-lib or torch-sparse, or :mod:`poptorch_geometric.pure_backends`,
+    which gives it the same partitions).
 
     Same arguments and attributes as PyG's. METIS runs on the graph made
     undirected and loop-free (it requires both; the data's edges are kept

@@ -200,10 +200,16 @@ def _run_checks(case: Case, families: List[BatchPair],
     torch.manual_seed(0)
     try:
         probe = Probe(case)
-        eager = [_eager(probe, case, pair) for pair in families]
     except Exception as error:  # noqa: BLE001 - the row records it
         row.reason = f"PyG itself fails here: {_short(error)}"
         return row
+    eager = []
+    for pair in families:
+        try:
+            eager.append(_eager(probe, case, pair))
+        except Exception as error:  # noqa: BLE001
+            row.reason = _on(pair, f"PyG itself fails here: {_short(error)}")
+            return row
     row.runs_in_pyg = True
     groups = [([families[i] for i in group], [eager[i] for i in group])
               for group in _same_inputs(families)]

@@ -1,7 +1,9 @@
 """A fixed-fanout neighbour sampler in plain torch, for PyG's loaders.
 
 PyG's ``NeighborSampler`` needs pyg-lib or torch-sparse, which have no
-wheels for every platform. :class:`TorchNeighborSampler` takes the same
+wheels for every platform (without them,
+:mod:`poptorch_geometric.pure_backends` makes it sample with this
+sampler's code). :class:`TorchNeighborSampler` takes the same
 arguments and gives the same outputs (``SamplerOutput`` /
 ``HeteroSamplerOutput``), so ``torch_geometric.loader.NeighborLoader``
 accepts it as its ``neighbor_sampler``.
@@ -90,15 +92,38 @@ class TorchNeighborSampler(BaseSampler):
                  share_memory: bool = False, directed: bool = True) -> None:
         del temporal_strategy, is_sorted  # no temporal sampling; CSC checks
         _reject_unsupported(disjoint, time_attr, weight_attr)
-        self.subgraph_type = SubgraphType.induced if not directed \
-            else SubgraphType(subgraph_type)
+        num_nodes, csc = _graph_arrays(data)
+        if share_memory:
+            for arrays in csc.values():
+                arrays.share_memory_()
+        self._setup(num_nodes, csc, num_neighbors,
+                    SubgraphType.induced if not directed else subgraph_type,
+                    replace, isinstance(data, HeteroData))
+
+    @classmethod
+    def from_csc(cls, num_nodes: Dict[Hashable, int], csc: Dict[Tuple, CSC],
+                 num_neighbors: Union[List[int], Dict[Any, List[int]],
+                                      NumNeighbors],
+                 subgraph_type: Union[SubgraphType, str] = "directional",
+                 replace: bool = False) -> "TorchNeighborSampler":
+        """A sampler over CSC arrays built elsewhere (PyG's
+        ``NeighborSampler`` keeps its own): node counts per node type and
+        arrays per edge type ``(src, rel, dst)``, or ``{None: n}`` and
+        ``{(None, None, None): csc}`` for a homogeneous graph. ``e_id``
+        holds the arrays' ``perm`` entries."""
+        sampler = cls.__new__(cls)
+        sampler._setup(num_nodes, csc, num_neighbors, subgraph_type, replace,
+                       _EDGE not in csc)
+        return sampler
+
+    def _setup(self, num_nodes: Dict[Hashable, int], csc: Dict[Tuple, CSC],
+               num_neighbors: Any, subgraph_type: Union[SubgraphType, str],
+               replace: bool, is_hetero: bool) -> None:
+        self.subgraph_type = SubgraphType(subgraph_type)
         self.replace = replace
         self.disjoint = False
-        self.is_hetero = isinstance(data, HeteroData)
-        self.num_nodes, self.csc = _graph_arrays(data)
-        if share_memory:
-            for csc in self.csc.values():
-                csc.share_memory_()
+        self.is_hetero = is_hetero
+        self.num_nodes, self.csc = num_nodes, csc
         self.num_neighbors = num_neighbors
         self._maps: Dict[Hashable, NodeMap] = {}
         self._lock = threading.Lock()

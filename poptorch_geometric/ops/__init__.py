@@ -27,6 +27,7 @@ from .aggregation import Aggregation
 from .batch_norm import BatchNorm1d
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
+from .dynamic_graph_convs import DynamicEdgeConv, GravNetConv
 from .gps_conv import GPSConv
 from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
                           MeanSubtractionNorm, PairNorm)
@@ -40,6 +41,7 @@ from .nearest import nearest
 from .quantile import QuantileAggregation
 from .radius import radius, radius_graph
 from .relational import FiLMConv, RGCNConv
+from .x_conv import XConv
 from .self_loops import add_remaining_self_loops, remove_self_loops
 from .dense_batch import to_dense_batch
 
@@ -50,5 +52,5 @@ __all__ = [
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
     "to_dense_batch", "empty_slots", "point_pair", "BatchNorm1d",
     "LayerNorm", "GraphNorm", "PairNorm", "MeanSubtractionNorm",
-    "GraphSizeNorm",
+    "GraphSizeNorm", "DynamicEdgeConv", "GravNetConv", "XConv",
 ]

@@ -113,6 +113,9 @@ class EmptySlotTracking(TorchFunctionMode):
         kwargs = kwargs or {}
         if not self._inputs_seen:
             self._mark_inputs()
+        if func in _SUM_SCATTERS and len(args) > 3 and \
+                may_hold_empty_slots(args[2]):
+            args = _inert_sum_scatter(func, args)
         out = func(*args, **kwargs)
         if any(may_hold_empty_slots(leaf)
                for leaf in tree_leaves((args, kwargs))):
@@ -120,6 +123,26 @@ class EmptySlotTracking(TorchFunctionMode):
                 if isinstance(leaf, Tensor):
                     mark_empty_slots(leaf)
         return out
+
+
+#: Summing scatters a layer may call on a tensor directly (PyG's
+#: FusedAggregation counts a mean's entries with ``scatter_add_``):
+#: ``(self, dim, index, src)``.
+_SUM_SCATTERS = frozenset((
+    Tensor.scatter_add_, Tensor.scatter_add, torch.scatter_add,
+    Tensor.index_add_, Tensor.index_add, torch.index_add))
+
+
+def _inert_sum_scatter(func: Callable, args: tuple) -> tuple:
+    """The arguments of a summing scatter with its empty slots adding zero
+    to row 0 (in place, the result has no row to spare for a sink)."""
+    target, dim, index, src = args[:4]
+    valid = index >= 0
+    if func in (Tensor.index_add_, Tensor.index_add, torch.index_add):
+        dim = dim % src.dim()
+        valid = valid.view([-1 if d == dim else 1 for d in range(src.dim())])
+    return (target, dim, index.clamp(min=0),
+            src * valid.to(src.dtype)) + tuple(args[4:])
 
 
 def to_sink(index: Tensor, dim_size: int) -> Tensor:
