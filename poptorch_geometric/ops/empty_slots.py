@@ -141,8 +141,9 @@ def _inert_sum_scatter(func: Callable, args: tuple) -> tuple:
     if func in (Tensor.index_add_, Tensor.index_add, torch.index_add):
         dim = dim % src.dim()
         valid = valid.view([-1 if d == dim else 1 for d in range(src.dim())])
+    # A select, not a product: an empty slot's source may be inf or NaN.
     return (target, dim, index.clamp(min=0),
-            src * valid.to(src.dtype)) + tuple(args[4:])
+            torch.where(valid, src, torch.zeros_like(src))) + tuple(args[4:])
 
 
 def to_sink(index: Tensor, dim_size: int) -> Tensor:
