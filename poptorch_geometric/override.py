@@ -40,7 +40,7 @@ Example::
     ...     U.to_dense_batch(torch.ones(2, 1), torch.tensor([0, 1]))
     Traceback (most recent call last):
     ...
-    ValueError: to_dense_batch() needs batch_size and max_num_nodes ...
+    ValueError: Dynamic shapes disabled. Argument 'batch_size' needs to be set
     >>> U.to_dense_batch is original
     True
 """

@@ -32,7 +32,8 @@ from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
                           MeanSubtractionNorm, PairNorm)
 from .hetero_linear import HeteroLinear
 from .instance_norm import InstanceNorm
-from .knn import knn, knn_graph
+from .knn import knn
+from .knn_graph import knn_graph
 from .knn_interpolate import knn_interpolate
 from .mesh_cnn_conv import MeshCNNConv
 from .mf_conv import MFConv
@@ -41,7 +42,7 @@ from .quantile import QuantileAggregation
 from .radius import radius, radius_graph
 from .relational import FiLMConv, RGCNConv
 from .self_loops import add_remaining_self_loops, remove_self_loops
-from .dense_batch import to_dense_batch
+from .to_dense_batch import to_dense_batch
 
 __all__ = [
     "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
