@@ -71,7 +71,9 @@ def test_to_dense_batch_without_a_size_raises_pygs_text(sizes):
 
 class _Dense(torch.nn.Module):
     def forward(self, x, batch):
-        return pyg_to_dense_batch(x, batch, max_num_nodes=2)[0]
+        # The module attribute: the name the override substitutes.
+        return torch_geometric.utils.to_dense_batch(x, batch,
+                                                    max_num_nodes=2)[0]
 
 
 def test_to_dense_batch_in_a_traced_model_raises_pygs_text():
