@@ -44,7 +44,8 @@ from torch_geometric.data.data import BaseData
 import poptorch_core as poptorch
 
 __all__ = ["all_rows_real", "begin_trace", "end_trace", "graph_slots",
-           "real_rows", "record_batch", "register_padded",
+           "node_mask", "record_pooled", "real_rows", "record_batch",
+           "register_padded",
            "is_padded_batch", "is_padded_tensor", "registered_batches"]
 
 _ALL_ROWS_REAL = "_poptorch_geometric_all_rows_real"
@@ -150,6 +151,30 @@ def graph_slots(batch: Optional[Tensor]) -> Optional[int]:
         return None
     vector, count = _traces[-1].batch_vectors.get(id(batch), (None, None))
     return count if vector is batch else None
+
+
+def node_mask(rows: int) -> Optional[Tensor]:
+    """The traced batch's ``nodes_mask`` when it has ``rows`` entries
+    (one homogeneous batch received); None otherwise, or outside a
+    trace."""
+    if not (poptorch.isRunningOnIpu() and _traces):
+        return None
+    masks = _unique([(what, mask) for what, mask in _traces[-1].masks
+                     if what == "node slots" and mask.shape[0] == rows])
+    return masks[0][1].to(torch.bool) if len(masks) == 1 else None
+
+
+def record_pooled(batch: Tensor, num_graphs: Optional[int],
+                  used: Tensor) -> None:
+    """Inside a trace, records the node slots a pooling layer made: its
+    batch vector has ``num_graphs`` graph slots (when known), and ``used``
+    says which of its rows are real, for the norms that follow."""
+    if not (poptorch.isRunningOnIpu() and _traces):
+        return
+    trace = _traces[-1]
+    if num_graphs is not None:
+        trace.batch_vectors[id(batch)] = (batch, num_graphs)
+    trace.masks.append(("pooled node slots", used))
 
 
 def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:

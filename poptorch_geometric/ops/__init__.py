@@ -24,9 +24,12 @@ Example::
 """
 from . import empty_slots, point_pair
 from .aggregation import Aggregation
+from .asap import ASAPooling
 from .batch_norm import BatchNorm1d
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
+from .edge_pool import EdgePooling
+from .filter_adj import filter_adj
 from .gps_conv import GPSConv
 from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
                           MeanSubtractionNorm, PairNorm)
@@ -41,8 +44,10 @@ from .nearest import nearest
 from .quantile import QuantileAggregation
 from .radius import radius, radius_graph
 from .relational import FiLMConv, RGCNConv
+from .sag_pool import SAGPooling
 from .self_loops import add_remaining_self_loops, remove_self_loops
 from .to_dense_batch import to_dense_batch
+from .topk_pool import PooledGraph, TopKPooling
 
 __all__ = [
     "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
@@ -51,5 +56,6 @@ __all__ = [
     "GPSConv", "MeshCNNConv", "remove_self_loops", "add_remaining_self_loops",
     "to_dense_batch", "empty_slots", "point_pair", "BatchNorm1d",
     "LayerNorm", "GraphNorm", "PairNorm", "MeanSubtractionNorm",
-    "GraphSizeNorm",
+    "GraphSizeNorm", "TopKPooling", "SAGPooling", "PooledGraph", "filter_adj",
+    "ASAPooling", "EdgePooling",
 ]
