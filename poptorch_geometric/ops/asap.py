@@ -8,11 +8,13 @@ slots) and connects them through the sparse product ``S^T A S``, whose
 number of edges depends on the data. Here that product is computed over
 the edges into a dense ``[K, K]`` matrix, and the coarsened graph has an
 edge slot for every pair of slots, row by row: ``edge_index`` is
-``[2, K * K]`` (``[2, K * K + K]`` with ``add_self_loops``, one loop per
-slot appended), a pair that is no edge of PyG's result being an empty
-slot ``(-1, -1)`` with weight 0. The edges that are not empty are PyG's,
-with PyG's weights (in row-major order; PyG's order within a row is its
-sparse product's). The input's existing self-loops become empty slots
+``[2, K * K]``, a pair that is no edge of PyG's result being an empty slot
+``(-1, -1)`` with weight 0. With ``add_self_loops`` one loop per used slot
+is appended (``[2, K * K + K]``), carrying the product's diagonal entry
+where there is one, as PyG's ``add_remaining_self_loops`` does. The edges
+that are not empty are PyG's, with PyG's weights, in row-major order
+(PyG's order within a row is its sparse product's). The input's own
+self-loops become empty slots
 (:func:`~poptorch_geometric.ops.add_remaining_self_loops`).
 
 The dense product takes memory and time in ``K * K`` and ``E * K`` (``E``
@@ -32,7 +34,7 @@ Example::
     >>> out.perm, out.edge_index.shape       # 3 slots, 3 x 3 pairs
     (tensor([ 3,  2, -1]), torch.Size([2, 9]))
 """
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -101,16 +103,19 @@ def _coarsen(edge_index: Tensor, weight: Tensor, score: Tensor,
         a_s.index_select(0, src.clamp(min=0)))[:slots]
 
 
-def _pairs(product: Tensor, pattern: Tensor, weighted: bool
-           ) -> "tuple[Tensor, Optional[Tensor]]":
+def _pairs(product: Tensor, pattern: Tensor, weighted: bool,
+           loops: bool) -> Tuple[Tensor, Optional[Tensor]]:
     """Every pair of slots, row by row, as an edge slot: the pairs of the
-    pattern off the diagonal are edges (PyG's ``remove_self_loops``),
-    weighted by ``product``; the others are empty slots."""
+    pattern are edges weighted by ``product``, those on the diagonal only
+    with ``loops`` (else PyG's ``remove_self_loops`` drops them); the
+    others are empty slots."""
     slots = product.size(0)
     index = torch.arange(slots, device=product.device)
     rows = index.view(-1, 1).expand(slots, slots).reshape(-1)
     cols = index.view(1, -1).expand(slots, slots).reshape(-1)
-    keep = (pattern.reshape(-1) > 0) & (rows != cols)
+    keep = pattern.reshape(-1) > 0
+    if not loops:
+        keep = keep & (rows != cols)
     edge_index = mark_empty_slots(
         torch.where(keep, torch.stack([rows, cols]), -1))
     if not weighted:
@@ -162,8 +167,10 @@ class ASAPooling(torch_geometric.nn.ASAPooling):
         ones = torch.ones_like(score)
         pattern = _coarsen(edge_index, ones, ones, perm, num_nodes)
         edge_index, edge_weight = _pairs(product, pattern,
-                                         edge_weight is not None)
+                                         edge_weight is not None,
+                                         self.add_self_loops)
         if self.add_self_loops:
+            # A slot's loop keeps the weight of the product's diagonal.
             edge_index, edge_weight = add_remaining_self_loops(
                 edge_index, edge_weight, num_nodes=perm.size(0))
             # Only used slots get a loop.
