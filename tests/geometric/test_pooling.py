@@ -7,6 +7,7 @@ reference runs with a stable sort, the rule the fixed-shape versions
 document."""
 import copy
 import math
+import pathlib
 import warnings
 from unittest import mock
 
@@ -20,7 +21,9 @@ from torch_geometric.nn.pool.select.topk import topk as pyg_topk
 from torch_geometric.utils import softmax as pyg_softmax
 
 import poptorch
-from poptorch_geometric import FixedSizeCollater, FixedSizeOptions, ops
+from poptorch_geometric import (FixedSizeCollater, FixedSizeOptions,
+                                coverage, ops)
+from poptorch_geometric.ops import topk_pool
 from poptorch_geometric.ops._selection import num_slots, select_top_k
 
 _ARGSORT = torch.argsort
@@ -454,3 +457,39 @@ def test_pooled_graph_unpacks_as_pygs_six_values_and_has_a_mask():
     x, edge_index, edge_attr, batch, perm, score = out
     assert torch.equal(out.mask, perm >= 0) and edge_attr is None
     assert x.shape[0] == perm.shape[0] == batch.shape[0] == score.shape[0]
+
+
+# -- the coverage rows ----------------------------------------------------------
+
+COVERAGE_MD = pathlib.Path(__file__).resolve().parents[2] / "COVERAGE.md"
+
+
+def _cells(line):
+    return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+
+@pytest.mark.parametrize("name", ["TopKPooling", "filter_adj"])
+def test_coverage_rows_regenerate_as_committed(name):
+    """Without the compile column (the coverage test compiles other
+    rows): the committed row is what the probe finds now."""
+    committed = next(line for line in COVERAGE_MD.read_text().splitlines()
+                     if line.startswith(f"| `{name}` |"))
+    row, = coverage.run([name], compile_check=False)
+    cells, want = _cells(coverage.row_line(row)), _cells(committed)
+    assert cells[:4] + cells[5:] == want[:4] + want[5:]
+    assert want[1:5] == ["yes"] * 4
+
+
+def test_the_coverage_probe_sees_a_wrong_gradient():
+    """A pooling whose scores pass no gradient gives PyG's forward but not
+    its gradients: the row says so."""
+    original = topk_pool.gather_rows
+
+    def detached(values, index):
+        rows = original(values, index)
+        return rows.detach() if values.dim() == 1 else rows
+
+    with mock.patch.object(topk_pool, "gather_rows", detached):
+        row, = coverage.run(["TopKPooling"], compile_check=False)
+    assert row.traces and not row.gradients
+    assert "gradient of" in row.reason and "(plain graphs)" in row.reason
