@@ -30,8 +30,7 @@ from torch_geometric.data import Batch
 import poptorch_core as poptorch
 
 from .data import BatchPair, make_families
-from .probe import (Case, Probe, Row, _close, _on, _same_inputs, _short,
-                    _Stepper)
+from .probe import Case, Probe, Row, _close, run_checks
 
 __all__ = ["PoolProbe", "run_pool_case"]
 
@@ -71,9 +70,10 @@ def _entries(out: Dict[str, Any]) -> Dict[str, torch.Tensor]:
 
 
 def _compare(actual: Dict[str, Any], expected: Dict[str, Any],
-             num_real_graphs: int) -> Optional[str]:
+             pair: BatchPair) -> Optional[str]:
     """The first difference of the real entries, or None."""
     want, got = _entries(expected), _entries(actual)
+    num_real_graphs = int(pair.padded.graphs_mask.sum())
     for key, value in want.items():
         if key not in got:
             return f"{key} missing"
@@ -90,35 +90,27 @@ def _compare(actual: Dict[str, Any], expected: Dict[str, Any],
     return None
 
 
-def _real_graphs(data: Batch) -> int:
-    return int(data.graphs_mask.sum())
-
-
 class _Eager:
     """Eager PyG on the plain batch: outputs in eval and train mode, the
-    loss's weight and the parameters' gradients."""
+    parameters' gradients, and the loss's weight (for both sides)."""
 
-    def __init__(self, probe: PoolProbe, pair: BatchPair) -> None:
-        model = _copy(probe).eval()
+    def __init__(self, probe: PoolProbe, _case: Case,
+                 pair: BatchPair) -> None:
+        model = copy.deepcopy(probe).eval()
         with torch.no_grad():
             self.out_eval = model.call(model.layer, model.pre(pair.plain.x),
                                        pair.plain)
         channels = self.out_eval["rows"].shape[-1]
         slots = max(pair.padded.num_nodes, pair.padded.num_edges)
         gen = torch.Generator().manual_seed(1)
-        self.weight = torch.randn(slots, channels, generator=gen)
-        self.weight[int(self.out_eval["used"].sum()):] = 0
+        self.weight_padded = torch.randn(slots, channels, generator=gen)
+        self.weight_padded[int(self.out_eval["used"].sum()):] = 0
         model.train()
-        out, loss = model(pair.plain, self.weight)
+        self.out_train, loss = model(pair.plain, self.weight_padded)
         loss.backward()
-        self.out_train = out
         self.grads = {name: (p.grad if p.grad is not None else
                              torch.zeros_like(p))
                       for name, p in model.named_parameters()}
-
-
-def _copy(probe: PoolProbe) -> PoolProbe:
-    return copy.deepcopy(probe)
 
 
 def run_pool_case(case: Case, families: Optional[List[BatchPair]] = None,
@@ -126,89 +118,5 @@ def run_pool_case(case: Case, families: Optional[List[BatchPair]] = None,
     """The coverage row of a pooling case: every check on every family
     (:func:`~.data.make_families` by default), stopping at the first that
     fails, with the reason and the family."""
-    families = families or make_families(seed=0)
-    row = Row(case.name, case.kind, case.note)
-    torch.manual_seed(0)
-    try:
-        probe = PoolProbe(case)
-        eager = [_Eager(probe, pair) for pair in families]
-    except Exception as error:  # noqa: BLE001 - the row records it
-        row.reason = f"PyG itself fails here: {_short(error)}"
-        return row
-    row.runs_in_pyg = True
-    groups = [([families[i] for i in group], [eager[i] for i in group])
-              for group in _same_inputs(families)]
-    if all(_inference(row, probe, *group) for group in groups) and all(
-            _training(row, probe, *group, poptorch.Options(),
-                      "trainingModel") for group in groups):
-        row.forward = row.gradients = True
-        if compile_check:
-            options = poptorch.Options()
-            options.Simulator.backend("compile")
-            row.compiles_once = all(
-                _training(row, probe, *group, options, "compile backend")
-                for group in groups)
-    if row.reason and case.known:
-        row.reason = f"{case.known} ({row.reason})"
-    return row
-
-
-def _inference(row: Row, probe: PoolProbe, families: List[BatchPair],
-               eager: List[_Eager]) -> bool:
-    inference = poptorch.inferenceModel(_copy(probe).eval())
-    for index, (pair, reference) in enumerate(zip(families, eager)):
-        try:
-            out, _ = inference(pair.padded, reference.weight)
-        except Exception as error:  # noqa: BLE001
-            row.reason = _on(pair, f"does not trace: {_short(error)}"
-                             if index == 0 else
-                             f"inferenceModel fails: {_short(error)}")
-            return False
-        row.traces = True
-        problem = _compare(out, reference.out_eval, _real_graphs(pair.padded))
-        if problem is not None:
-            row.reason = _on(pair, f"forward differs from eager PyG: "
-                             f"{problem}")
-            return False
-    return True
-
-
-def _training(row: Row, probe: PoolProbe, families: List[BatchPair],
-              eager: List[_Eager], options: poptorch.Options,
-              what: str) -> bool:
-    try:
-        stepper = _Stepper(probe, options)
-    except Exception as error:  # noqa: BLE001
-        row.reason = f"{what} fails: {_short(error)}"
-        return False
-    for pair, reference in zip(families, eager):
-        try:
-            out, grads = stepper.step(pair.padded, reference.weight)
-        except Exception as error:  # noqa: BLE001
-            row.reason = _on(pair, f"{what} fails: {_short(error)}")
-            return False
-        problem = _compare(out, reference.out_train,
-                           _real_graphs(pair.padded))
-        if problem is not None:
-            row.reason = _on(pair, f"{what}: forward differs from eager "
-                             f"PyG: {problem}")
-            return False
-        problem = _gradients(grads, reference.grads)
-        if problem is not None:
-            row.reason = _on(pair, f"{what}: {problem}")
-            return False
-    count = stepper.training.compilations()
-    if options.Simulator.execution_backend == "compile" and count != 1:
-        row.reason = (f"compiled {count} times over {len(families)} batches "
-                      "of the same shapes")
-        return False
-    return True
-
-
-def _gradients(grads: Dict[str, torch.Tensor],
-               expected: Dict[str, torch.Tensor]) -> Optional[str]:
-    for name, grad in expected.items():
-        problem = _close(grads[name], grad)
-        if problem is not None:
-            return f"gradient of {name} differs: {problem}"
-    return None
+    return run_checks(case, families or make_families(seed=0),
+                      compile_check, PoolProbe, _Eager, _compare)
