@@ -240,6 +240,17 @@ def _unique(matches: List[Tuple[str, Tensor]]) -> List[Tuple[str, Tensor]]:
 def _rows_error(trace: _Trace, layer: torch.nn.Module, rows: int,
                 matches: List[Tuple[str, Tensor]]) -> poptorch.Error:
     name = _name(trace, layer)
+    if any(what.startswith("pooled") for what, _ in matches):
+        return poptorch.Error(
+            f"{name} takes statistics over {rows} rows, and a pooling "
+            f"layer's node slots number {rows} as well as other slots of "
+            "the traced model (EdgePooling and min_score keep a slot per "
+            "node; so does a ratio when the layer is not given the batch's "
+            "own batch vector): it cannot tell which padding mask applies. "
+            "Apply the norm where the row counts differ (before the "
+            "pooling, or after a pooling with a ratio given the batch's "
+            "batch vector), or, if its rows hold no padding, mark it with "
+            "poptorch_geometric.all_rows_real(layer).")
     if matches:
         which = " and ".join(f"{rows} {what}" for what, _ in matches)
         return poptorch.Error(

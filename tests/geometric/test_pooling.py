@@ -438,6 +438,30 @@ def test_norm_after_pooling_takes_statistics_over_the_used_slots():
     torch.testing.assert_close(got[1][:plain.num_graphs], expected[1])
 
 
+class _EdgePoolThenNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = pyg_nn.EdgePooling(8)
+        self.norm = torch.nn.BatchNorm1d(8)
+
+    def forward(self, data):
+        return self.norm(self.pool(data.x, data.edge_index, data.batch)[0])
+
+
+def test_norm_after_a_pooling_with_as_many_slots_as_nodes_is_refused():
+    """EdgePooling keeps a slot per node: the norm's rows match the
+    batch's node slots and the pooled ones, and the error says what to
+    do instead of taking either mask."""
+    _, padded = _pair()
+    with pytest.raises(poptorch.Error) as raised:
+        poptorch.inferenceModel(_EdgePoolThenNorm().train())(padded)
+    message = str(raised.value)
+    assert message.startswith(
+        f"BatchNorm1d `norm` takes statistics over {padded.num_nodes} rows, "
+        "and a pooling layer's node slots number")
+    assert "Apply the norm where the row counts differ" in message
+
+
 def test_the_override_restores_pygs_poolings():
     originals = {name: getattr(pyg_nn, name).forward for name in
                  ("TopKPooling", "SAGPooling", "ASAPooling", "EdgePooling")}
