@@ -59,6 +59,9 @@ class _Trace:
     masks: List[Tuple[str, Tensor]] = dataclasses.field(default_factory=list)
     batch_vectors: Dict[int, Tuple[Tensor, int]] = dataclasses.field(
         default_factory=dict)
+    #: Batch vectors that pooling layers made, and their graph slots.
+    pooled_vectors: Dict[int, Tuple[Tensor, int]] = dataclasses.field(
+        default_factory=dict)
     root: Optional[torch.nn.Module] = None
     hook: Any = None
     padded_inputs: Optional[bool] = None
@@ -149,17 +152,25 @@ def graph_slots(batch: Optional[Tensor]) -> Optional[int]:
     ``batch``; None when ``batch`` is not one (or outside a trace)."""
     if batch is None or not _traces:
         return None
-    vector, count = _traces[-1].batch_vectors.get(id(batch), (None, None))
+    trace = _traces[-1]
+    vector, count = trace.batch_vectors.get(
+        id(batch), trace.pooled_vectors.get(id(batch), (None, None)))
     return count if vector is batch else None
 
 
-def node_mask(rows: int) -> Optional[Tensor]:
-    """The traced batch's ``nodes_mask`` when it has ``rows`` entries
-    (one homogeneous batch received); None otherwise, or outside a
-    trace."""
+def node_mask(batch: Optional[Tensor], rows: int) -> Optional[Tensor]:
+    """The traced batch's ``nodes_mask``, for ``rows`` nodes of the batch
+    whose batch vector is ``batch`` (None: one graph of the batch's
+    nodes); None when these are not the batch's own nodes (a pooling's
+    slots), when no single homogeneous batch with ``rows`` nodes was
+    received, or outside a trace."""
     if not (poptorch.isRunningOnIpu() and _traces):
         return None
-    masks = _unique([(what, mask) for what, mask in _traces[-1].masks
+    trace = _traces[-1]
+    if batch is not None and trace.batch_vectors.get(
+            id(batch), (None, ))[0] is not batch:
+        return None
+    masks = _unique([(what, mask) for what, mask in trace.masks
                      if what == "node slots" and mask.shape[0] == rows])
     return masks[0][1].to(torch.bool) if len(masks) == 1 else None
 
@@ -173,7 +184,7 @@ def record_pooled(batch: Tensor, num_graphs: Optional[int],
         return
     trace = _traces[-1]
     if num_graphs is not None:
-        trace.batch_vectors[id(batch)] = (batch, num_graphs)
+        trace.pooled_vectors[id(batch)] = (batch, num_graphs)
     trace.masks.append(("pooled node slots", used))
 
 

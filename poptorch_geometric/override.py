@@ -25,10 +25,11 @@ it around every capture. While it is active:
 - PyG's optional fast kernels (``torch_scatter``, pyg-lib) are switched off,
   so PyG takes its plain-PyTorch paths, which trace;
 - empty edge slots (index -1, from the neighbour searches, from
-  ``remove_self_loops`` and from pooling) are inert in message passing's gather, in
-  scatters, softmax and degrees: those take the slots' sink for an index
-  computed from such an edge index (:mod:`poptorch_geometric.ops.empty_slots`
-  tracks it while the model is traced).
+  ``remove_self_loops`` and from pooling) are inert in message passing's
+  gather, in scatters, softmax and degrees: those take the slots' sink for
+  an index computed from such an edge index
+  (:mod:`poptorch_geometric.ops.empty_slots` tracks it while the model is
+  traced).
 
 A PyG function that reads a size from tensor values because the caller
 did not give it (``scatter`` without ``dim_size``, ``global_add_pool``

@@ -26,7 +26,7 @@ Example::
 """
 import dataclasses
 import math
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -34,7 +34,7 @@ from torch import Tensor
 from .._padding_masks import graph_slots, node_mask
 from .empty_slots import mark_empty_slots, scatter, softmax
 
-__all__ = ["Selection", "num_slots", "graph_count", "valid_nodes",
+__all__ = ["Selection", "num_slots", "graph_count", "pooling_input",
            "select_top_k", "normalise_per_graph", "gather_rows",
            "dense_groups"]
 
@@ -64,6 +64,22 @@ def graph_count(batch: Optional[Tensor]) -> Optional[int]:
     return graph_slots(batch)
 
 
+def pooling_input(batch: Optional[Tensor], num_nodes: int, like: Tensor
+                  ) -> Tuple[Tensor, Optional[int], Tensor]:
+    """What a pooling layer needs to know of its nodes: the batch vector
+    (zeros, of ``like``'s dtype, without one), the number of graph slots
+    (:func:`graph_count`) and the nodes that may be selected: not in
+    graph -1 (an unused slot of an earlier pooling) and, while a model
+    that receives a fixed-size batch is traced, not one of its padding
+    nodes."""
+    num_graphs = graph_count(batch)
+    real = node_mask(batch, num_nodes)
+    if batch is None:
+        batch = like.new_zeros(num_nodes)
+    valid = batch >= 0
+    return batch, num_graphs, valid if real is None else valid & real
+
+
 def num_slots(num_nodes: int, ratio: Optional[Ratio],
               min_score: Optional[float],
               num_graphs: Optional[int]) -> int:
@@ -79,15 +95,6 @@ def num_slots(num_nodes: int, ratio: Optional[Ratio],
     # PyG rounds ratio * n in the features' float type: one more slot
     # covers that rounding up.
     return min(num_nodes, math.ceil(float(ratio) * num_nodes) + num_graphs)
-
-
-def valid_nodes(batch: Tensor) -> Tensor:
-    """Nodes that may be selected: not an unused slot of an earlier
-    pooling (graph -1) and, while a model that receives a fixed-size batch
-    is traced, not one of its padding nodes."""
-    valid = batch >= 0
-    real = node_mask(batch.size(0))
-    return valid if real is None else valid & real
 
 
 def dense_groups(batch: Tensor, valid: Tensor,
@@ -154,12 +161,12 @@ def select_top_k(score: Tensor, ratio: Optional[Ratio], batch: Tensor,
     """PyG's ``topk(score, ratio, batch, min_score, tol)`` in
     :func:`num_slots` slots. ``score`` is one value per node (for
     ``min_score``, already normalised per graph as ``SelectTopK`` does);
-    ``valid`` defaults to :func:`valid_nodes`."""
+    ``valid`` defaults to the nodes of a graph other than -1."""
     if min_score is None and ratio is None:
         raise ValueError("At least one of the 'ratio' and 'min_score' "
                          "parameters must be specified")
     score = score.view(-1)
-    valid = valid_nodes(batch) if valid is None else valid
+    valid = batch >= 0 if valid is None else valid
     slots = num_slots(score.size(0), ratio, min_score, num_graphs)
     if min_score is not None:
         groups = dense_groups(batch, valid)

@@ -42,8 +42,7 @@ import torch_geometric.nn
 from torch import Tensor
 
 from .._padding_masks import record_pooled
-from ._selection import (gather_rows, graph_count, select_top_k,
-                         valid_nodes)
+from ._selection import gather_rows, pooling_input, select_top_k
 from .empty_slots import (index_select, mark_empty_slots, scatter, softmax,
                           to_sink)
 from .self_loops import add_remaining_self_loops
@@ -134,11 +133,9 @@ class ASAPooling(torch_geometric.nn.ASAPooling):
         """Scores clusters around every node, keeps the best per graph and
         connects them through the clusters' edges."""
         num_nodes = x.size(0)
-        num_graphs = graph_count(batch)
+        batch, num_graphs, valid = pooling_input(batch, num_nodes, edge_index)
         edge_index, edge_weight = add_remaining_self_loops(
             edge_index, edge_weight, fill_value=1., num_nodes=num_nodes)
-        if batch is None:
-            batch = edge_index.new_zeros(num_nodes)
         x = x.unsqueeze(-1) if x.dim() == 1 else x
         x_pool = x
         if self.gnn_intra_cluster is not None:
@@ -155,7 +152,6 @@ class ASAPooling(torch_geometric.nn.ASAPooling):
         x = scatter(index_select(x, 0, src) * score.view(-1, 1), dst, 0,
                     num_nodes, "sum")
         fitness = self.gnn_score(x, edge_index).sigmoid().view(-1)
-        valid = valid_nodes(batch)
         selection = select_top_k(
             selection_scores(self.select, fitness, batch, valid),
             self.select.ratio, batch, num_graphs=num_graphs, valid=valid)

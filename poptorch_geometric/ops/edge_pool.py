@@ -57,7 +57,7 @@ from torch import Tensor
 from torch_geometric.nn.pool.edge_pool import UnpoolInfo
 
 from .._padding_masks import record_pooled
-from ._selection import gather_rows, graph_count, valid_nodes
+from ._selection import gather_rows, pooling_input
 from .empty_slots import index_select, mark_empty_slots, scatter, to_sink
 
 __all__ = ["EdgePooling", "greedy_matching", "merge_edges"]
@@ -156,7 +156,8 @@ def merge_edges(x: Tensor, edge_index: Tensor, batch: Tensor,
     edges and batch, and the unpooling information (the module's
     description)."""
     num_nodes = x.size(0)
-    valid_node = valid_nodes(batch)
+    batch, num_graphs, valid_node = pooling_input(batch, num_nodes,
+                                                  edge_index)
     ends_valid = valid_node.index_select(
         0, edge_index.reshape(-1).long().clamp(min=0)).view(2, -1)
     valid = (edge_index >= 0).all(0) & ends_valid.all(0)
@@ -178,7 +179,7 @@ def merge_edges(x: Tensor, edge_index: Tensor, batch: Tensor,
                            device=x.device).scatter(
         0, to_sink(cluster, num_nodes), batch.long())[:num_nodes]
     new_batch = mark_empty_slots(new_batch)
-    record_pooled(new_batch, graph_count(batch), new_batch >= 0)
+    record_pooled(new_batch, num_graphs, new_batch >= 0)
     info = UnpoolInfo(edge_index=edge_index, cluster=cluster,
                       batch=batch, new_edge_score=new_edge_score)
     return new_x, new_edge_index, new_batch, info

@@ -53,8 +53,8 @@ from torch import Tensor
 from torch_geometric.nn.pool.select import SelectTopK
 
 from .._padding_masks import record_pooled
-from ._selection import (gather_rows, graph_count, normalise_per_graph,
-                         select_top_k, valid_nodes)
+from ._selection import (gather_rows, normalise_per_graph, pooling_input,
+                         select_top_k)
 from .filter_adj import filter_adj
 
 __all__ = ["TopKPooling", "PooledGraph", "select_and_filter",
@@ -94,10 +94,7 @@ def select_and_filter(layer: torch.nn.Module, x: Tensor, attn: Tensor,
     """The pooling of ``TopKPooling`` and ``SAGPooling``: ``layer.select``
     scores ``attn``, the best nodes are kept and scaled by their score
     (and ``layer.multiplier``), the edges among them kept."""
-    num_graphs = graph_count(batch)
-    if batch is None:
-        batch = edge_index.new_zeros(x.size(0))
-    valid = valid_nodes(batch)
+    batch, num_graphs, valid = pooling_input(batch, x.size(0), edge_index)
     score = selection_scores(layer.select, attn, batch, valid)
     selection = select_top_k(score, layer.select.ratio, batch,
                              layer.select.min_score, num_graphs=num_graphs,

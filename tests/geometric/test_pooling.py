@@ -255,6 +255,30 @@ def test_traced_pooling_leaves_padding_nodes_out():
     assert bool((got[3][used] < plain.num_graphs).all())
 
 
+class _OneGraph(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = pyg_nn.TopKPooling(8, ratio=0.5)
+
+    def forward(self, data):
+        return tuple(self.pool(data.x, data.edge_index))
+
+
+def test_pooling_without_a_batch_vector_pools_the_real_nodes_as_one_graph():
+    """No batch vector: every node is one graph, as in PyG; in a padded
+    batch the padding nodes are not part of it."""
+    plain, padded = _pair(seed=9)
+    torch.manual_seed(6)
+    model = _OneGraph().eval()
+    expected = _eager(model, plain)
+    got = poptorch.inferenceModel(copy.deepcopy(model))(padded)
+    nodes = expected[0].shape[0]
+    assert nodes == math.ceil(0.5 * plain.num_nodes)
+    assert torch.equal(got[4][:nodes], expected[4])
+    assert not bool((got[4][nodes:] >= 0).any())
+    torch.testing.assert_close(got[0][:nodes], expected[0])
+
+
 def test_pooling_gradients_equal_pygs():
     """One SGD step (learning rate 1) through two poolings and a readout:
     every parameter changes as in eager PyG."""
@@ -327,7 +351,7 @@ def test_traced_asapooling_equals_pyg_on_the_used_slots(kwargs):
         slots if kwargs.get("add_self_loops") else 0)
 
 
-# -- EdgePooling ----------------------------------------------------------------
+# -- EdgePooling -------------------------------------------------------------
 
 def _edge_graphs(gen, loops=True):
     num_graphs = int(torch.randint(1, 4, (), generator=gen))
@@ -483,7 +507,7 @@ def test_pooled_graph_unpacks_as_pygs_six_values_and_has_a_mask():
     assert x.shape[0] == perm.shape[0] == batch.shape[0] == score.shape[0]
 
 
-# -- the coverage rows ----------------------------------------------------------
+# -- the coverage rows -------------------------------------------------------
 
 COVERAGE_MD = pathlib.Path(__file__).resolve().parents[2] / "COVERAGE.md"
 
