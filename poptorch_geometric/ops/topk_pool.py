@@ -22,6 +22,12 @@ same shapes, set by the input's shapes and the number of graph slots:
 - ``perm``: ``[K]``, each slot's input node, ``-1`` for unused slots.
 - ``score``: ``[K]``, the selected nodes' scores, 0 for unused slots.
 
+The slots are shared by the graphs rather than ``ceil(ratio * M)`` per
+graph: a fixed-size batch bounds its node count ``N``, not the size ``M``
+of its largest graph, which a layer cannot know; shared slots need only
+the number of graphs, hold PyG's nodes in PyG's order, and take fewer
+slots whenever the graphs differ in size.
+
 The ``mask`` property (``perm >= 0``) gives the used slots. On them, and
 on the edges that are not empty, the result is PyG's. The number of graph
 slots is known when the traced model receives a fixed-size batch and
