@@ -5,7 +5,8 @@ library frame below the user's line; for the cases below it also says what
 to change. Rows are ``(path fragment of the PyG file, function or None,
 fix)``; the first row matching a library frame, outermost first, wins.
 Overrides that make a case traceable as written (PyG ops substituted while
-tracing) make its row unreachable, never wrong.
+tracing) make its row unreachable, never wrong: such rows are removed
+(TopKPooling and SAGPooling, for example, pool in fixed shapes now).
 
 Example::
 
@@ -25,13 +26,6 @@ _SELF_LOOPS = (
     "them once in the data instead (transform=T.AddSelfLoops(), or "
     "torch_geometric.utils.add_self_loops before batching) and build the "
     "layer with {layer}(..., add_self_loops=False).")
-_SELECT_NODES = (
-    "{layer} keeps a data-dependent number of nodes per graph (ratio x the "
-    "graph's size), which a fixed-shape graph cannot hold. On an IPU, read "
-    "the graph out with global pooling and an explicit size "
-    "(global_max_pool(x, batch, size=num_graphs) and global_mean_pool), or "
-    "pool densely: x, mask = to_dense_batch(x, batch, batch_size=num_graphs, "
-    "max_num_nodes=N) followed by dense_diff_pool / dense_mincut_pool.")
 _SIZE = (
     "{what} counts the graphs from the data (batch.max() + 1) when size is "
     "not given, which reads a value back from the device. Pass the number of "
@@ -47,10 +41,6 @@ KNOWN_FIXES: Tuple[Tuple[str, Optional[str], str], ...] = (
      _SELF_LOOPS.format(layer="GATConv")),
     ("torch_geometric/nn/conv/gatv2_conv.py", None,
      _SELF_LOOPS.format(layer="GATv2Conv")),
-    ("torch_geometric/nn/pool/topk_pool.py", None,
-     _SELECT_NODES.format(layer="TopKPooling")),
-    ("torch_geometric/nn/pool/sag_pool.py", None,
-     _SELECT_NODES.format(layer="SAGPooling")),
     ("torch_geometric/nn/pool/glob.py", None,
      _SIZE.format(what="global_add_pool / global_mean_pool / global_max_pool",
                   call="global_mean_pool(x, batch, size=batch_size)")),

@@ -45,7 +45,8 @@ from torch_geometric.data.data import BaseData
 import poptorch_core as poptorch
 
 __all__ = ["all_rows_real", "begin_trace", "end_trace", "graph_slots",
-           "real_rows", "rows_within", "record_batch", "register_padded",
+           "node_mask", "record_pooled", "real_rows", "rows_within",
+           "record_batch", "register_padded",
            "is_padded_batch", "is_padded_tensor", "registered_batches"]
 
 _ALL_ROWS_REAL = "_poptorch_geometric_all_rows_real"
@@ -58,6 +59,9 @@ class _Trace:
     as (description, mask) pairs, and their batch vectors' graph slots."""
     masks: List[Tuple[str, Tensor]] = dataclasses.field(default_factory=list)
     batch_vectors: Dict[int, Tuple[Tensor, int]] = dataclasses.field(
+        default_factory=dict)
+    #: Batch vectors that pooling layers made, and their graph slots.
+    pooled_vectors: Dict[int, Tuple[Tensor, int]] = dataclasses.field(
         default_factory=dict)
     root: Optional[torch.nn.Module] = None
     hook: Any = None
@@ -152,8 +156,40 @@ def graph_slots(batch: Optional[Tensor]) -> Optional[int]:
     ``batch``; None when ``batch`` is not one (or outside a trace)."""
     if batch is None or not _traces:
         return None
-    vector, count = _traces[-1].batch_vectors.get(id(batch), (None, None))
+    trace = _traces[-1]
+    vector, count = trace.batch_vectors.get(
+        id(batch), trace.pooled_vectors.get(id(batch), (None, None)))
     return count if vector is batch else None
+
+
+def node_mask(batch: Optional[Tensor], rows: int) -> Optional[Tensor]:
+    """The traced batch's ``nodes_mask``, for ``rows`` nodes of the batch
+    whose batch vector is ``batch`` (None: one graph of the batch's
+    nodes); None when these are not the batch's own nodes (a pooling's
+    slots), when no single homogeneous batch with ``rows`` nodes was
+    received, or outside a trace."""
+    if not (poptorch.isRunningOnIpu() and _traces):
+        return None
+    trace = _traces[-1]
+    if batch is not None and trace.batch_vectors.get(
+            id(batch), (None, ))[0] is not batch:
+        return None
+    masks = _unique([(what, mask) for what, mask in trace.masks
+                     if what == "node slots" and mask.shape[0] == rows])
+    return masks[0][1].to(torch.bool) if len(masks) == 1 else None
+
+
+def record_pooled(batch: Tensor, num_graphs: Optional[int],
+                  used: Tensor) -> None:
+    """Inside a trace, records the node slots a pooling layer made: its
+    batch vector has ``num_graphs`` graph slots (when known), and ``used``
+    says which of its rows are real, for the norms that follow."""
+    if not (poptorch.isRunningOnIpu() and _traces):
+        return
+    trace = _traces[-1]
+    if num_graphs is not None:
+        trace.pooled_vectors[id(batch)] = (batch, num_graphs)
+    trace.masks.append(("pooled node slots", used))
 
 
 def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:
@@ -239,6 +275,17 @@ def _unique(matches: List[Tuple[str, Tensor]]) -> List[Tuple[str, Tensor]]:
 def _rows_error(trace: _Trace, layer: torch.nn.Module, rows: int,
                 matches: List[Tuple[str, Tensor]]) -> poptorch.Error:
     name = _name(trace, layer)
+    if any(what.startswith("pooled") for what, _ in matches):
+        return poptorch.Error(
+            f"{name} takes statistics over {rows} rows, and a pooling "
+            f"layer's node slots number {rows} as well as other slots of "
+            "the traced model (EdgePooling and min_score keep a slot per "
+            "node; so does a ratio when the layer is not given the batch's "
+            "own batch vector): it cannot tell which padding mask applies. "
+            "Apply the norm where the row counts differ (before the "
+            "pooling, or after a pooling with a ratio given the batch's "
+            "batch vector), or, if its rows hold no padding, mark it with "
+            "poptorch_geometric.all_rows_real(layer).")
     if matches:
         which = " and ".join(f"{rows} {what}" for what, _ in matches)
         return poptorch.Error(

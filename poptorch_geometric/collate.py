@@ -83,8 +83,9 @@ class FixedSizeCollater(Collater):
       entries and every shape stays fixed;
     * padding edges only go to padding graphs that have a node; when the
       real graphs fill every node slot but edges need padding this raises
-      instead of emitting indices past the last node; trimming nodes leaves
-      one node for padding when there is room;
+      instead of emitting indices past the last node; with trimming on
+      (nodes or edges) one real node is trimmed to make room for them
+      when every graph can keep a node;
     * attribute levels are decided over the whole batch, and hetero masks
       are exact per store;
     * trimmed graphs, nodes and edges are counted in :attr:`trimmed` and
@@ -179,7 +180,7 @@ class FixedSizeCollater(Collater):
                         (self.trim_nodes, self.trim_edges))
 
         plan = room.plan(self._specs(trimmed_list, columns, room, hetero),
-                         num_pad_graphs, hetero, self.trim_nodes)
+                         num_pad_graphs, hetero, self._trims)
         batch = None
         if self.fast_path and not hetero:
             batch = fast_collate(trimmed_list, columns, plan,
@@ -214,15 +215,21 @@ class FixedSizeCollater(Collater):
         for kind, trim in (("nodes", self.trim_nodes),
                            ("edges", self.trim_edges)):
             # Real nodes that fill their budget exactly leave padding edges
-            # no node to sit on: trimming then makes room for one.
-            if trim and (room.overflows(kind) or (
-                    kind == "nodes" and num_pad_graphs > 0 and
-                    room.lacks_padding_node())):
+            # no node to sit on: any trimming then makes room for one (one
+            # real node goes, counted and logged as every trim).
+            makes_room = kind == "nodes" and num_pad_graphs > 0 and \
+                self._trims and room.lacks_padding_node()
+            if (trim and room.overflows(kind)) or makes_room:
                 data_list = self._trim(data_list, room, kind, num_pad_graphs)
                 columns = None if hetero else Columns.of(data_list)
                 room = self._count_trimmed(room, BatchRoom.measure(
                     data_list, self.opts, columns))
         return data_list, columns, room
+
+    @property
+    def _trims(self) -> bool:
+        """Whether the collater trims at all (nodes or edges)."""
+        return self.trim_nodes or self.trim_edges
 
     def _recipe_settings(self) -> Tuple[Any, ...]:
         """What a recipe of this collater holds for: the options' sizes and

@@ -3,8 +3,8 @@
 ``python -m poptorch_geometric.coverage`` tries every class of
 ``torch_geometric.nn.conv``, every model of
 ``torch_geometric.nn.models.basic_gnn``, every aggregation of
-``torch_geometric.nn.aggr``, the global pooling functions and the norms on
-a fixed-size padded batch, through ``inferenceModel`` and
+``torch_geometric.nn.aggr``, the global and node-selection poolings and
+the norms on a fixed-size padded batch, through ``inferenceModel`` and
 ``trainingModel``, and prints a Markdown table (``--out`` writes it to a
 file): whether each traces, matches eager PyG on the real entries (forward
 and gradients) and compiles once with the ``compile`` backend, or why not.
@@ -29,6 +29,7 @@ import torch
 from poptorch_core._files import atomic_write
 
 from ._coverage.data import make_families
+from ._coverage.pool_probe import run_pool_case
 from ._coverage.probe import Row, run_case
 from ._coverage.table import all_rows, conv_count, render, row_line
 
@@ -42,9 +43,12 @@ def _row(name: str, compile_check: bool, threads: int = 0) -> Row:
     (kind, _, case, reason), = all_rows([name])
     if case is None:
         return Row(name, kind, reason=reason)
+    # Poolings' outputs have other shapes than PyG's: their own probe
+    # compares the real entries.
+    run_row = run_pool_case if kind == "select" else run_case
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_case(case, make_families(seed=0), compile_check)
+        return run_row(case, make_families(seed=0), compile_check)
 
 
 def _collect(results: Iterable[Row], progress: bool) -> List[Row]:

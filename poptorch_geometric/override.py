@@ -13,19 +13,23 @@ it around every capture. While it is active:
   run their fixed-shape ``forward``; norms (torch's BatchNorm, PyG's
   InstanceNorm, LayerNorm, GraphNorm, ...) take their statistics over the
   real rows of a fixed-size batch (:mod:`poptorch_geometric._padding_masks`);
+  the node-selection poolings (TopK, SAG, ASA, Edge) keep a fixed number
+  of node slots, unused ones marked ``-1`` (``ops/topk_pool.py``);
 - every module binding one of the functions of
   :func:`function_substitutions` (``knn_graph``, ``radius_graph``,
   ``remove_self_loops``, ``add_remaining_self_loops``,
-  ``to_dense_batch``, ``scatter``, ``softmax``, ``degree``, ..., and the
+  ``to_dense_batch``, ``filter_adj``, ``scatter``, ``softmax``,
+  ``degree``, ..., and the
   ``torch_scatter`` / ``torch_cluster`` functions when those optional
   packages are loaded) sees the fixed-shape version under the same name;
 - PyG's optional fast kernels (``torch_scatter``, pyg-lib) are switched off,
   so PyG takes its plain-PyTorch paths, which trace;
-- empty edge slots (index -1, from the neighbour searches and from
-  ``remove_self_loops``) are inert in message passing's gather, in
-  scatters, softmax and degrees: those take the slots' sink for an index
-  computed from such an edge index (:mod:`poptorch_geometric.ops.empty_slots`
-  tracks it while the model is traced).
+- empty edge slots (index -1, from the neighbour searches, from
+  ``remove_self_loops`` and from pooling) are inert in message passing's
+  gather, in scatters, softmax and degrees: those take the slots' sink for
+  an index computed from such an edge index
+  (:mod:`poptorch_geometric.ops.empty_slots` tracks it while the model is
+  traced).
 
 A PyG function that reads a size from tensor values because the caller
 did not give it (``scatter`` without ``dim_size``, ``global_add_pool``
@@ -40,7 +44,7 @@ Example::
     ...     U.to_dense_batch(torch.ones(2, 1), torch.tensor([0, 1]))
     Traceback (most recent call last):
     ...
-    ValueError: to_dense_batch() needs batch_size and max_num_nodes ...
+    ValueError: Dynamic shapes disabled. Argument 'batch_size' needs to be set
     >>> U.to_dense_batch is original
     True
 """
@@ -72,6 +76,8 @@ _OWN_PREFIXES = ("poptorch_geometric", "poptorch_core", "poptorch")
 _NEIGHBOUR_OPS = ("knn", "knn_graph", "radius", "radius_graph", "nearest")
 _UTILS_OPS = ("remove_self_loops", "add_remaining_self_loops",
               "to_dense_batch")
+#: Node-selection poolings: fixed numbers of node slots (ops/topk_pool.py).
+_POOLINGS = ("TopKPooling", "SAGPooling", "ASAPooling")
 #: PyG functions that read edge indices, made to ignore empty (-1) slots.
 _EMPTY_SLOT_OPS = ("scatter", "softmax", "degree")
 
@@ -103,6 +109,10 @@ def _class_substitutions() -> Dict[Any, Dict[str, Callable]]:
         nn: {"knn_interpolate": ops.knn_interpolate},
         nn.unpool: {"knn_interpolate": ops.knn_interpolate},
         nn.pool: {name: getattr(ops, name) for name in _NEIGHBOUR_OPS},
+        **{getattr(nn.pool, name): {"forward": getattr(ops, name).forward}
+           for name in _POOLINGS},
+        nn.pool.EdgePooling: {"forward": ops.EdgePooling.forward,
+                              "unpool": ops.EdgePooling.unpool},
     }
     table.update(_padding_norm_substitutions())
     # PyG 2.8 calls torch.ops.pyg.knn directly in these modules; older
@@ -141,6 +151,8 @@ def function_substitutions() -> List[Tuple[Callable, Callable]]:
               for name in _NEIGHBOUR_OPS]
     pairs.append((torch_geometric.nn.unpool.knn_interpolate,
                   ops.knn_interpolate))
+    pairs.append((torch_geometric.nn.pool.connect.filter_edges.filter_adj,
+                  ops.filter_adj))
     torch_scatter = sys.modules.get("torch_scatter")
     if torch_scatter is not None:
         pairs += [(getattr(torch_scatter, name), getattr(scatter_ops, name))

@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "pyg"
-NAMES = ["gcn", "gat", "gin", "nnconv", "pooling"]
+NAMES = ["gcn", "gat", "gin", "nnconv", "topk_pool"]
 DATA_START = "# --- data loading ---"
 DATA_END = "# --- end of data loading ---"
 
@@ -106,7 +106,7 @@ BATCHED = {
     "gin": ["--hidden-channels", "16", "--num-layers", "2",
             "--dropout", "0"],
     "nnconv": ["--dim", "8"],
-    "pooling": ["--hidden-channels", "16", "--dropout", "0"],
+    "topk_pool": ["--hidden-channels", "16", "--dropout", "0"],
 }
 
 

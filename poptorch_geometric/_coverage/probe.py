@@ -20,7 +20,7 @@ import poptorch_core as poptorch
 
 from .data import IN_CHANNELS, BatchPair, make_families
 
-__all__ = ["Case", "Row", "Probe", "run_case"]
+__all__ = ["Case", "Row", "Probe", "Compare", "run_case", "run_checks"]
 
 #: float32 results of different summation orders (padding adds terms).
 RTOL, ATOL = 1e-4, 1e-5
@@ -168,13 +168,34 @@ class _Stepper:
                      for n in params}
 
 
+#: How a row's outputs are compared: ``(simulated IPU output, eager PyG
+#: output, the batch pair)`` -> the first problem, or None.
+Compare = Callable[[Any, Any, BatchPair], Optional[str]]
+
+
+def _compare_rows(actual: torch.Tensor, expected: torch.Tensor,
+                  _pair: BatchPair) -> Optional[str]:
+    return _close(actual, expected)
+
+
 def run_case(case: Case, families: Optional[List[BatchPair]] = None,
              compile_check: bool = True) -> Row:
     """Runs every check of ``case`` on every family of graphs
     (:func:`~.data.make_families` by default) and stops at the first that
     fails, recording why and on which family."""
-    row = _run_checks(case, families or make_families(seed=0),
-                      compile_check)
+    return run_checks(case, families or make_families(seed=0),
+                      compile_check, Probe, _eager, _compare_rows)
+
+
+def run_checks(case: Case, families: List[BatchPair], compile_check: bool,
+               probe_class: Callable[[Case], Probe],
+               eager: Callable[[Probe, Case, BatchPair], Any],
+               compare: Compare) -> Row:
+    """The checks of :func:`run_case` with another probe: ``eager`` gives
+    the reference of a family (``out_eval``, ``out_train``, ``grads``,
+    ``weight_padded``), ``compare`` the first difference of an output."""
+    row = _run_checks(case, families, compile_check,
+                      (probe_class, eager, compare))
     if row.reason and case.known:
         row.reason = f"{case.known} ({row.reason})"
     return row
@@ -195,41 +216,44 @@ def _same_inputs(families: List[BatchPair]) -> List[List[int]]:
 
 
 def _run_checks(case: Case, families: List[BatchPair],
-                compile_check: bool) -> Row:
+                compile_check: bool, how: Tuple[Any, Any, Compare]) -> Row:
+    probe_class, make_eager, compare = how
     row = Row(case.name, case.kind, case.note)
     torch.manual_seed(0)
     try:
-        probe = Probe(case)
+        probe = probe_class(case)
     except Exception as error:  # noqa: BLE001 - the row records it
         row.reason = f"PyG itself fails here: {_short(error)}"
         return row
     eager = []
     for pair in families:
         try:
-            eager.append(_eager(probe, case, pair))
+            eager.append(make_eager(probe, case, pair))
         except Exception as error:  # noqa: BLE001
             row.reason = _on(pair, f"PyG itself fails here: {_short(error)}")
             return row
     row.runs_in_pyg = True
     groups = [([families[i] for i in group], [eager[i] for i in group])
               for group in _same_inputs(families)]
-    if not all(_check_inference(row, probe, *group) for group in groups):
+    if not all(_check_inference(row, probe, *group, compare)
+               for group in groups):
         return row
-    if not all(_check_training(row, probe, *group, poptorch.Options(),
-                               "trainingModel") for group in groups):
+    if not all(_check_training(row, probe, *group, compare,
+                               poptorch.Options(), "trainingModel")
+               for group in groups):
         return row
     row.forward = row.gradients = True
     if compile_check:
         options = poptorch.Options()
         options.Simulator.backend("compile")
         row.compiles_once = all(
-            _check_training(row, probe, *group, options, "compile backend")
-            for group in groups)
+            _check_training(row, probe, *group, compare, options,
+                            "compile backend") for group in groups)
     return row
 
 
 def _check_inference(row: Row, probe: Probe, families: List[BatchPair],
-                     eager: List[_Eager]) -> bool:
+                     eager: List[_Eager], compare: Compare) -> bool:
     """One ``inferenceModel`` for every family of a group (the first
     traces it), against eager PyG in eval mode. Records the first problem
     in ``row``."""
@@ -243,7 +267,7 @@ def _check_inference(row: Row, probe: Probe, families: List[BatchPair],
                              f"inferenceModel fails: {_short(error)}")
             return False
         row.traces = True
-        problem = _close(out, reference.out_eval)
+        problem = compare(out, reference.out_eval, pair)
         if problem is not None:
             row.reason = _on(pair, f"forward differs from eager PyG: "
                              f"{problem}")
@@ -252,8 +276,8 @@ def _check_inference(row: Row, probe: Probe, families: List[BatchPair],
 
 
 def _check_training(row: Row, probe: Probe, families: List[BatchPair],
-                    eager: List[_Eager], options: poptorch.Options,
-                    what: str) -> bool:
+                    eager: List[_Eager], compare: Compare,
+                    options: poptorch.Options, what: str) -> bool:
     """One training step per family, each from the same weights, against
     eager PyG's output and gradients; with the compile backend also one
     compilation for all of them. Records the first problem in ``row``."""
@@ -268,7 +292,7 @@ def _check_training(row: Row, probe: Probe, families: List[BatchPair],
         except Exception as error:  # noqa: BLE001
             row.reason = _on(pair, f"{what} fails: {_short(error)}")
             return False
-        problem = _close(out, reference.out_train)
+        problem = compare(out, reference.out_train, pair)
         if problem is not None:
             row.reason = _on(pair, f"{what}: forward differs from eager "
                              f"PyG: {problem}")

@@ -9,7 +9,7 @@ import torch_geometric
 from torch_geometric.nn import aggr, conv, norm
 from torch_geometric.nn.models import basic_gnn
 
-from . import cases_conv, cases_other
+from . import cases_conv, cases_other, cases_pool
 from .data import FAMILIES, FIXED_SIZES
 from .probe import Case, Row
 
@@ -27,6 +27,8 @@ KINDS = (
     ("pool", "Global pooling (`torch_geometric.nn.pool`)",
      ("global_add_pool", "global_mean_pool", "global_max_pool"),
      cases_other.POOL_CASES, {}),
+    ("select", "Node-selection pooling (`torch_geometric.nn.pool`)",
+     cases_pool.SELECT_NAMES, cases_pool.SELECT_CASES, {}),
     ("norm", "Norms (`torch_geometric.nn.norm`)", norm,
      cases_other.NORM_CASES, {}),
 )

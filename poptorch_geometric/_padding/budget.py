@@ -132,7 +132,8 @@ class BatchRoom:
         """Shares the padding among ``num_pad_graphs`` padding graphs:
         nodes evenly (larger shares first); edges evenly over the padding
         graphs that have a node to host them (of both end types).
-        ``trims_nodes``: the collater has trimmed nodes already."""
+        ``trims_nodes``: the collater trims, and has trimmed nodes to make
+        room for padding edges where it could."""
         k = num_pad_graphs
         node_shares = {t: split_evenly(r.pad, k)
                        for t, r in self.nodes.items()}
@@ -185,7 +186,7 @@ def _no_host_message(room: Room, batch: "BatchRoom",
         f"node slot of {full}, so no padding node is left to hold padding "
         "edges (they would point past the last node). Reserve at least one "
         "node for padding: increase num_nodes in FixedSizeOptions by one"
-        + (" (trimming nodes cannot free one: every graph keeps at least "
-           "one node)." if trims_nodes else
+        + (" (trimming cannot free one: every graph keeps at least one "
+           "node)." if trims_nodes else
            ", or trim nodes (OverSizeStrategy.TrimNodes)."))
 

@@ -24,16 +24,20 @@ Example::
 """
 from . import empty_slots, point_pair
 from .aggregation import Aggregation
+from .asap import ASAPooling
 from .batch_norm import BatchNorm1d
 from .cheb_conv import ChebConv
 from .cluster_gcn_conv import ClusterGCNConv
 from .dynamic_graph_convs import DynamicEdgeConv, GravNetConv
+from .edge_pool import EdgePooling
+from .filter_adj import filter_adj
 from .gps_conv import GPSConv
 from .graph_norms import (GraphNorm, GraphSizeNorm, LayerNorm,
                           MeanSubtractionNorm, PairNorm)
 from .hetero_linear import HeteroLinear
 from .instance_norm import InstanceNorm
-from .knn import knn, knn_graph
+from .knn import knn
+from .knn_graph import knn_graph
 from .knn_interpolate import knn_interpolate
 from .mesh_cnn_conv import MeshCNNConv
 from .mf_conv import MFConv
@@ -41,9 +45,11 @@ from .nearest import nearest
 from .quantile import QuantileAggregation
 from .radius import radius, radius_graph
 from .relational import FiLMConv, RGCNConv
-from .x_conv import XConv
+from .sag_pool import SAGPooling
 from .self_loops import add_remaining_self_loops, remove_self_loops
-from .dense_batch import to_dense_batch
+from .to_dense_batch import to_dense_batch
+from .topk_pool import PooledGraph, TopKPooling
+from .x_conv import XConv
 
 __all__ = [
     "knn", "knn_graph", "knn_interpolate", "radius", "radius_graph",
@@ -53,4 +59,6 @@ __all__ = [
     "to_dense_batch", "empty_slots", "point_pair", "BatchNorm1d",
     "LayerNorm", "GraphNorm", "PairNorm", "MeanSubtractionNorm",
     "GraphSizeNorm", "DynamicEdgeConv", "GravNetConv", "XConv",
+    "TopKPooling", "SAGPooling", "PooledGraph", "filter_adj", "ASAPooling",
+    "EdgePooling",
 ]

@@ -1,5 +1,6 @@
-"""Fixed-shape ``knn`` and ``knn_graph``: ``k`` slots per query whatever
-the data, so a model that builds its graph in ``forward`` traces once.
+"""Fixed-shape ``knn``: ``k`` slots per query whatever the data, so a model
+that searches neighbours in ``forward`` traces once (``knn_graph``, in its
+own module as upstream lays it out, searches the same way).
 
 A query whose example has fewer than ``k`` candidate points gets its nearest
 ones first, then slots whose both entries are -1. Points of other examples
@@ -13,9 +14,6 @@ Example::
     >>> knn(x, torch.tensor([[0.9], [10.4]]), 2, batch, torch.tensor([0, 1]))
     tensor([[0, 0, 1, 1],
             [1, 0, 3, 4]])
-    >>> knn_graph(x, 2, batch, flow="target_to_source")
-    tensor([[ 0,  0,  1,  1,  2,  2,  3, -1,  4, -1],
-            [ 1,  2,  0,  2,  1,  0,  4, -1,  3, -1]])
 """
 from typing import Optional
 
@@ -24,7 +22,7 @@ from torch import Tensor
 from ._neighbours import (as_points, batch_vector, check_batch, distances,
                           nearest_slots, to_edge_slots)
 
-__all__ = ["knn", "knn_graph", "check_flow"]
+__all__ = ["knn", "knn_pairs", "check_flow"]
 
 _FLOWS = ("source_to_target", "target_to_source")
 
@@ -35,9 +33,12 @@ def check_flow(flow: str) -> None:
         raise ValueError(f"flow must be one of {_FLOWS}, got {flow!r}.")
 
 
-def _search(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor],
-            batch_y: Optional[Tensor], cosine: bool,
-            exclude_self: bool) -> Tensor:
+def knn_pairs(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor],
+              batch_y: Optional[Tensor], cosine: bool,
+              exclude_self: bool) -> Tensor:
+    """``[2, M * k]`` pairs (index into ``y``, index into ``x``), nearest
+    first; ``exclude_self`` never pairs row ``i`` of ``y`` with row ``i``
+    of ``x`` (a graph searched against itself)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}.")
     x, y = as_points("x", x), as_points("y", y)
@@ -58,21 +59,4 @@ def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
     ``cosine`` uses ``1 - cosine similarity`` as the distance.
     ``num_workers`` and ``batch_size`` are accepted and ignored.
     """
-    return _search(x, y, k, batch_x, batch_y, cosine, exclude_self=False)
-
-
-def knn_graph(x: Tensor, k: int, batch: Optional[Tensor] = None,
-              loop: bool = False, flow: str = "source_to_target",
-              cosine: bool = False, num_workers: int = 1,
-              batch_size: Optional[int] = None) -> Tensor:
-    """Edges from each node to its ``k`` nearest nodes of the same graph:
-    ``[2, N * k]``, as ``torch_geometric.nn.knn_graph``.
-
-    With ``source_to_target`` (default) each edge points from the neighbour
-    to the centre node. Without ``loop`` a node is never its own neighbour
-    and it still gets ``k`` slots (PyG drops the self-pair instead, which
-    gives a data-dependent number of edges). Empty slots are ``(-1, -1)``.
-    """
-    check_flow(flow)
-    pairs = _search(x, x, k, batch, batch, cosine, exclude_self=not loop)
-    return pairs.flip([0]) if flow == "source_to_target" else pairs
+    return knn_pairs(x, y, k, batch_x, batch_y, cosine, exclude_self=False)

@@ -178,11 +178,16 @@ def test_add_remaining_self_loops_keeps_pyg_edges_and_weights(fill_value):
                                pyg_utils.scatter(ref_w, ref_ei[1], 0, 7))
 
 
-@pytest.mark.parametrize("sizes", [{}, {"batch_size": 2},
-                                   {"max_num_nodes": 3}])
-def test_to_dense_batch_names_both_sizes(sizes):
-    with pytest.raises(ValueError, match="batch_size and max_num_nodes"):
+@pytest.mark.parametrize("sizes, missing", [
+    ({}, "batch_size"), ({"max_num_nodes": 3}, "batch_size"),
+    ({"batch_size": 2}, "max_num_nodes")])
+def test_to_dense_batch_without_a_size_raises_pygs_text(sizes, missing):
+    """The text of PyG's ``disable_dynamic_shapes``, which upstream
+    PopTorch Geometric raises, ``batch_size`` checked first."""
+    with pytest.raises(ValueError) as raised:
         ops.to_dense_batch(torch.ones(2, 1), torch.tensor([0, 1]), **sizes)
+    assert str(raised.value) == \
+        f"Dynamic shapes disabled. Argument '{missing}' needs to be set"
 
 
 def test_to_dense_batch_with_sizes_equals_pyg():

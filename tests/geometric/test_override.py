@@ -115,8 +115,9 @@ class DenseModel(torch.nn.Module):
         return pyg_utils.to_dense_batch(x, batch)[0]
 
 
-def test_to_dense_batch_without_sizes_names_both_while_traced():
-    with pytest.raises(ValueError, match="batch_size and max_num_nodes"):
+def test_to_dense_batch_without_sizes_raises_pygs_text_while_traced():
+    with pytest.raises(ValueError, match="^Dynamic shapes disabled. Argument "
+                       "'batch_size' needs to be set$"):
         poptorch.inferenceModel(DenseModel())(torch.ones(4, 2),
                                               torch.tensor([0, 0, 1, 1]))
 

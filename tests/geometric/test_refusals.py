@@ -72,11 +72,11 @@ COLLATER = [
                       trim_edges=True), RuntimeError,
      r"allows 5 nodes. Increase num_nodes in FixedSizeOptions, or set "
      r"trim_nodes too \(OverSizeStrategy.TrimNodesAndEdges\)"),
-    # Trimming nodes cannot free a padding node: it must not be the fix.
+    # Trimming cannot free a padding node: it must not be the fix.
     (lambda: _collate([_graph(1, num_edges=1, edge_attr=torch.ones(1, 2))]
                       * 3, (3, 10, 4), trim_nodes=True), RuntimeError,
-     r"increase num_nodes in FixedSizeOptions by one \(trimming nodes "
-     r"cannot free one: every graph keeps at least one node\)\.$"),
+     r"increase num_nodes in FixedSizeOptions by one \(trimming cannot "
+     r"free one: every graph keeps at least one node\)\.$"),
     # Edge trimming names edges, not "elements".
     (lambda: _collate([_graph(3, num_edges=4)] * 3, (20, 2, 4),
                       trim_edges=True), RuntimeError,

@@ -1,8 +1,10 @@
 """``to_dense_batch`` for fixed shapes: ``batch_size`` and
 ``max_num_nodes`` are the dense output's shape, so both are required with a
-batch vector, and a missing one is an error naming both (PyG's own check
-names one at a time). With both given it is PyG's function, whose output
-has no data-dependent shape.
+batch vector. A missing one raises PyG's own text for a size that dynamic
+shapes would read from the data (``disable_dynamic_shapes``, as upstream
+PopTorch Geometric raises it), ``batch_size`` checked first. With both
+given it is PyG's function, whose output has no data-dependent shape. A
+module of its own, as upstream PopTorch Geometric lays out ``ops``.
 
 Other PyG functions that read a size from tensor values when it is not
 given (``scatter``'s ``dim_size``, ``softmax``'s and ``degree``'s
@@ -18,7 +20,7 @@ Example::
     >>> to_dense_batch(x, batch)
     Traceback (most recent call last):
     ...
-    ValueError: to_dense_batch() needs batch_size and max_num_nodes ...
+    ValueError: Dynamic shapes disabled. Argument 'batch_size' needs to be set
 """
 from typing import Optional, Tuple
 
@@ -35,14 +37,13 @@ def to_dense_batch(x: Tensor, batch: Optional[Tensor] = None,
                    max_num_nodes: Optional[int] = None,
                    batch_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """``torch_geometric.utils.to_dense_batch`` with ``batch_size`` and
-    ``max_num_nodes`` both required when ``batch`` is given."""
-    if batch is not None and (batch_size is None or max_num_nodes is None):
-        raise ValueError(
-            "to_dense_batch() needs batch_size and max_num_nodes while a "
-            "model is traced for the IPU: they are the dense output's shape "
-            "[batch_size, max_num_nodes, ...], which must not depend on the "
-            "batch vector's values. Pass batch_size (the number of graphs of "
-            "your fixed-size batch) and max_num_nodes (at least the largest "
-            f"graph's node count); got batch_size={batch_size}, "
-            f"max_num_nodes={max_num_nodes}.")
+    ``max_num_nodes`` both required when ``batch`` is given (the number of
+    graphs of the fixed-size batch, and at least its largest graph's node
+    count), as Python ints."""
+    if batch is not None:
+        for name, value in (("batch_size", batch_size),
+                            ("max_num_nodes", max_num_nodes)):
+            if value is None:
+                raise ValueError("Dynamic shapes disabled. Argument "
+                                 f"'{name}' needs to be set")
     return _to_dense_batch(x, batch, fill_value, max_num_nodes, batch_size)
