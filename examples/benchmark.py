@@ -61,6 +61,7 @@ Usage::
 """
 import argparse
 import copy
+import json
 import os
 import shlex
 import statistics
@@ -406,6 +407,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         default=None, metavar="PATH.md",
                         help="also write every figure to this page "
                              "(default docs/benchmarks.md)")
+    parser.add_argument("--from-record", default=None, metavar="PATH.json",
+                        help="measure nothing: print the table and write "
+                             "--plot and --markdown from this JSON record "
+                             "of an earlier run")
     bench_sampling.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -473,8 +478,14 @@ def run(args: argparse.Namespace,
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    record = run(args, " ".join(["python examples/benchmark.py",
-                                 shlex.join(argv)]).strip())
+    if args.from_record:
+        # The outputs of a run already made: its figures, its command.
+        with open(args.from_record, encoding="utf-8") as file:
+            record = json.load(file)
+        args.out = None
+    else:
+        record = run(args, " ".join(["python examples/benchmark.py",
+                                     shlex.join(argv)]).strip())
     print_table(record)
     if args.out:
         write_json(args.out, record)

@@ -158,10 +158,16 @@ def test_ratios_recompute_from_the_rates_of_each_round(record, model):
         setups[name]["over_best_pyg_compiled"] for name in OURS[model])
 
 
-def test_markdown_page_is_written_from_the_record(record, out_dir):
+def test_markdown_page_is_written_from_the_record(record, out_dir, capsys):
     benchmark, data = record
     page = (out_dir / "benchmark.md").read_text(encoding="utf-8")
     assert page == benchmark.markdown(data)
+    # Written again from the saved record, nothing measured: the same page.
+    again = out_dir / "again.md"
+    assert benchmark.main(["--from-record", str(out_dir / "benchmark.json"),
+                           "--markdown", str(again)]) == 0
+    assert again.read_text(encoding="utf-8") == page
+    assert "training: Cora, GAT" in capsys.readouterr().out
     assert data["config"]["command"] in page
     for model in OURS:
         assert f"### {model}: " in page
@@ -456,7 +462,17 @@ def test_markdown_writer_on_a_small_record():
                     graph_breaks_first_epoch=1,
                     graph_breaks_measured_epochs=0),
                 "compile": setup("simulated_ipu", 300.0, 3.0, 1.5, 9.0,
-                                 1)}}},
+                                 1)}},
+            # PyG eager beats its peers here: the best PyG row is eager.
+            "n": {"title": "Model N", "unit": "epochs", "rounds": 3,
+                  "best_pyg_compiled": "pyg_compile_auto", "setups": {
+                      "pyg_eager": setup("pyg_eager", 4.0, 1.0, 2.0, 0.5, 0),
+                      "pyg_compile_auto": setup(
+                          "pyg_compiled", 2.0, 0.5, 1.0, 20.0, 3,
+                          graph_breaks_first_epoch=0,
+                          graph_breaks_measured_epochs=0),
+                      "interpret": setup("simulated_ipu", 3.0, 0.75, 1.5,
+                                         1.0, 0)}}},
         "ratios": {"training_m_compile_over_pyg_eager": 3.0,
                    "training_m_best_over_best_pyg_compiled": 1.5},
     }
@@ -470,9 +486,12 @@ def test_markdown_writer_on_a_small_record():
         "2.13, PyG 2.8.1. The PyG-compiled rows use torch.compile's " \
         "`inductor` backend." in lines
     assert "| m | PyG, torch.compile() (automatic dynamic): 200 graphs/s | " \
-        "simulated IPU, compile: 300 graphs/s | 1.50 |" in lines
+        "simulated IPU, compile: 300 graphs/s | 1.50 | 1.50 |" in lines
+    assert "| n | PyG, torch.compile() (automatic dynamic): 2 epochs/s | " \
+        "simulated IPU, interpret: 3 epochs/s | 1.50 | 0.75 |" in lines
     assert "The best simulated-IPU setup is ahead of the best PyG-compiled " \
-        "one on 1 of 1 models." in lines
+        "one on 2 of 2 models, and ahead of every PyG row (eager too) on " \
+        "1." in page
     assert "### m: Model M" in lines and "3 measured rounds." in lines
     assert "| PyG eager | 100 | 1.00 | 0.50 | 0.2 | 0 + 0 |  |" in lines
     assert "| PyG, torch.compile() (automatic dynamic) **(best " \
