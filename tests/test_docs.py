@@ -1,5 +1,5 @@
 """The documentation site builds without a warning and documents the whole
-public API.
+public API; the README stays a short, true entry point.
 
 The build is the command the README gives, ``python -m sphinx -W -b html
 docs <out>``, run in a fresh process; it needs Sphinx (the ``docs`` extra),
@@ -25,6 +25,10 @@ DOCS = ROOT / "docs"
 
 sys.path.insert(0, str(DOCS / "_ext"))
 import generated_markdown  # noqa: E402
+
+from .test_docstrings import MEASUREMENT  # noqa: E402
+
+README = ROOT / "README.md"
 
 
 def _inventory(path: pathlib.Path) -> Set[str]:
@@ -119,3 +123,25 @@ def test_markdown_text_never_becomes_markup(text):
     words = (re.sub(r"<[^>]+>", "", html).replace("&lt;", "<")
              .replace("&gt;", ">").replace("&amp;", "&"))
     assert f"{plain} end" in words, (rst, html)
+
+
+def test_readme_is_short_and_holds_no_measurements():
+    # What it is, the two commands and a tour with links: the figures are
+    # on the generated benchmark page and in the design notes.
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 300, len(lines)
+    assert [line for line in lines if MEASUREMENT.search(line)] == []
+
+
+def test_readme_test_command_is_the_ci_command():
+    # CI runs the README's test command verbatim on a fresh machine.
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = [line for line in ci if "pytest" in line]
+    assert len(command) == 1 and "[test,docs]" in command[0]
+    assert command[0] in README.read_text().splitlines()
+
+
+def test_readme_links_point_at_files():
+    targets = re.findall(r"\]\(([^)#:]+)\)", README.read_text())
+    assert "docs/benchmarks.md" in targets
+    assert [t for t in targets if not (ROOT / t).exists()] == []
