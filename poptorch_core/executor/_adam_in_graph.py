@@ -15,9 +15,9 @@ update is the plain packed one:
   accumulation (``DeviceOptimizer.fusable_adam``);
 * exactly the packed parameters of that group require gradients.
 
-Every other step runs the optimizer as before, and so does a model whose
-loss leaves a packed parameter without gradient (the optimizer skips such
-a parameter; the graph cannot). A ``compile`` step that uses it saves the
+Every other step runs the optimizer after the graph, and so does a model
+whose loss leaves a packed parameter without gradient (the optimizer skips
+such a parameter; the graph cannot). A ``compile`` step that uses it saves the
 gradient copies and the separate update (``docs/design/compile_backend.rst``).
 """
 import dataclasses

@@ -22,7 +22,7 @@ generation, backward ``g++``, one after the other
   subprocess, which leaves the GIL free), the backward's codegen runs in
   the compiling thread, and the two builds can use both cores.
 
-A training step on the CPU is now one graph (``_training_step``), so
+A training step on the CPU is one graph (``_training_step``), so
 there is one library; it is built from two objects, the wrapper and the
 kernels (``cpp_wrapper_build_separate``, ``_cpu_inductor``), and the two
 compiler runs go side by side (:func:`_compile_in_background_worker`), one

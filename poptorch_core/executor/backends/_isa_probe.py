@@ -25,7 +25,7 @@ list. These changes take most of it off the critical path
   their optional extras: inductor takes the first, which was checked.
   When it fails, or when the user chose the ISA (``ATEN_CPU_CAPABILITY``,
   ``cpp.simdlen``, ``cpp.vec_isa_ok``), or the platform is not x86-64
-  Linux, inductor's full check runs as before.
+  Linux, inductor's full check runs unchanged.
 
 Invariants:
 
