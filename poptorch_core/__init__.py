@@ -42,8 +42,6 @@ from .tracing._library_code import \
     register_known_fixes as _registerKnownFixes
 # For plugins: the user's own input tensors of the call being traced.
 from ._impl import _traced_call_inputs as _tracedCallInputs
-# For plugins: each input of the call being traced and the forward's copy.
-from ._impl import _traced_input_pairs as _tracedInputPairs
 # For plugins: the tracebacks of their refusals start at the user's call
 # (``errors.public_call``); not PopTorch names either.
 from .errors import public_call as _publicCall, \

@@ -19,7 +19,6 @@ __all__ = ["isRunningOnIpu", "createPoptorchError", "registerPreCompileHook",
 _running_on_ipu = False
 _tracing_training = False
 _call_inputs: Tuple[torch.Tensor, ...] = ()
-_model_inputs: Tuple[torch.Tensor, ...] = ()
 _pre_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 _post_compile_hooks: Dict[int, Callable] = collections.OrderedDict()
 
@@ -59,35 +58,13 @@ def _ipu_tracing(training: bool = False) -> Iterator[None]:
 def _tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
     """Makes ``inputs`` what :func:`_traced_call_inputs` returns for the
     duration."""
-    global _call_inputs, _model_inputs
-    previous = _call_inputs, _model_inputs
-    _call_inputs, _model_inputs = tuple(inputs), ()
+    global _call_inputs
+    previous = _call_inputs
+    _call_inputs = tuple(inputs)
     try:
         yield
     finally:
-        _call_inputs, _model_inputs = previous
-
-
-def _tracing_model_inputs(inputs: Sequence[torch.Tensor]) -> None:
-    """Records the tensors the traced forward receives, in the order of
-    :func:`_traced_call_inputs` (called by the capture as it starts)."""
-    global _model_inputs
-    _model_inputs = tuple(inputs)
-
-
-def _traced_input_pairs() -> Tuple[Tuple[torch.Tensor, torch.Tensor], ...]:
-    """``(the user's tensor, the tensor the traced forward sees for it)``
-    for every input of the call being traced, so that a plugin can treat
-    the forward's inputs by where they came from. Empty outside a trace.
-
-    Example::
-
-        >>> _traced_input_pairs()
-        ()
-    """
-    if not _running_on_ipu or len(_model_inputs) != len(_call_inputs):
-        return ()
-    return tuple(zip(_call_inputs, _model_inputs))
+        _call_inputs = previous
 
 
 def _traced_call_inputs() -> Tuple[torch.Tensor, ...]:

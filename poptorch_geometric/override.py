@@ -218,10 +218,7 @@ class _TorchGeometricOpsSubstitutionManager:
                     self._set(target, name,
                               _wrap(getattr(target, name), replacement))
         self._replace_functions(pairs)
-        # A fixed-size batch's edges hold no empty slot (its padding edges
-        # are loops on padding nodes): they take PyG's plain functions.
-        self._tracking = ops.empty_slots.EmptySlotTracking(
-            trusted=_padding_masks.is_padded_tensor)
+        self._tracking = ops.empty_slots.EmptySlotTracking()
         self._tracking.__enter__()
 
     def _replace_functions(self, pairs: List[Tuple[Callable, Callable]]

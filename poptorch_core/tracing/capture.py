@@ -251,7 +251,6 @@ def capture_module(module: torch.nn.Module, args: Sequence[Any],
     def forward(*flat: torch.Tensor) -> List[torch.Tensor]:
         with _swapped_state((param_state, buffer_state),
                             (flat[:num_p], flat[num_p:num_p + num_b])):
-            _impl._tracing_model_inputs(flat[num_p + num_b:])
             call_args, call_kwargs = rebuildStructure(
                 (list(args), dict(kwargs)), iter(flat[num_p + num_b:]))
             out = module(*call_args, **call_kwargs)

@@ -26,9 +26,9 @@ scatter and gather, so they take it only for an index that may hold empty
 slots: the ops that make empty slots mark their edge index
 (:func:`mark_empty_slots`), and :class:`EmptySlotTracking`, active while
 the model is traced, marks every tensor computed from a marked one
-(``edge_index[1]``, a ``torch.cat`` of it, ...). Other indices (a fixed-size
-batch's own edges, which hold no empty slot) take PyG's functions as they
-are.
+(``edge_index[1]``, a ``torch.cat`` of it, ...). Other indices (the edges
+a model receives, which PyG reads as node indices) take PyG's functions as
+they are.
 
 Indices other than -1 keep PyG's meaning: a scatter still needs
 ``dim_size`` inside a traced model, and an index past the last row is an
@@ -56,8 +56,6 @@ from torch_geometric.utils import degree as _pyg_degree
 from torch_geometric.utils import scatter as _pyg_scatter
 from torch_geometric.utils import softmax as _pyg_softmax
 from torch_geometric.utils.num_nodes import maybe_num_nodes
-
-import poptorch_core as poptorch
 
 __all__ = ["scatter", "softmax", "degree", "index_select", "to_sink",
            "mark_empty_slots", "may_hold_empty_slots", "EmptySlotTracking",
@@ -87,32 +85,13 @@ class EmptySlotTracking(TorchFunctionMode):
     index is marked too), which only costs the sink where it is not
     needed.
 
-    The traced forward's integer inputs are marked too, unless
-    ``trusted(tensor)`` says the user's tensor behind one holds no empty
-    slot (a fixed-size batch's edges): an edge index the user made holds
-    whatever the user put in it.
+    Edges the model receives are taken as PyG takes them: -1 is an empty
+    slot only where an op of this package made it, so a model's own
+    inputs and scatters keep PyTorch's and PyG's meaning of an index.
     """
-
-    def __init__(self, trusted: Callable[[Tensor], bool] = lambda t: False
-                 ) -> None:
-        super().__init__()
-        self._trusted = trusted
-        self._inputs_seen = False
-
-    def _mark_inputs(self) -> None:
-        pairs = poptorch._tracedInputPairs()  # pylint: disable=W0212
-        if not pairs:   # the traced forward has not started yet
-            return
-        self._inputs_seen = True
-        for given, traced in pairs:
-            if not (traced.is_floating_point() or traced.is_complex()
-                    or self._trusted(given)):
-                mark_empty_slots(traced)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self._inputs_seen:
-            self._mark_inputs()
         if func in _SUM_SCATTERS and len(args) > 3 and \
                 may_hold_empty_slots(args[2]):
             args = _inert_sum_scatter(func, args)

@@ -350,8 +350,9 @@ def test_cluster_without_edges_in_a_graph_with_edges():
 def test_pyg_model_traced_without_importing_poptorch_geometric():
     """A script that imports poptorch and PyG only (tensor inputs): the
     model is traced with PopTorch Geometric's substitutions, as PopTorch
-    imports it when installed, so an empty (-1) slot is inert rather than
-    "Illegal call to bool(tensor)". Reference: eager PyG without the slot.
+    imports it when installed, so GCNConv's self-loop handling keeps fixed
+    shapes on a graph that has a loop, rather than failing to trace on
+    PyG's boolean mask. Reference: eager PyG.
     """
     code = (
         "import sys, torch, poptorch, torch_geometric.nn as gnn\n"
@@ -360,15 +361,13 @@ def test_pyg_model_traced_without_importing_poptorch_geometric():
         "class M(torch.nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
-        "        self.conv = gnn.GINConv(torch.nn.Linear(4, 4))\n"
+        "        self.conv = gnn.GCNConv(4, 4)\n"
         "    def forward(self, x, edge_index):\n"
         "        return self.conv(x, edge_index)\n"
         "model, x = M(), torch.randn(5, 4)\n"
-        "edges = torch.tensor([[0, 1, 2], [1, 2, 3]])\n"
-        "slot = torch.tensor([[-1], [-1]])\n"
+        "edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 3]])\n"
         "expected = model(x, edges)\n"
-        "actual = poptorch.inferenceModel(model)(x, torch.cat([edges, slot],"
-        " 1))\n"
+        "actual = poptorch.inferenceModel(model)(x, edges)\n"
         "torch.testing.assert_close(actual, expected)\n"
         "print('ok')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True,
