@@ -17,13 +17,19 @@ data (the embedded NCI TPSA molecules) and the same model
   distribution (``bench_collation.long_tailed_graphs``);
 * training throughput: graphs/s of ``poptorch.trainingModel`` fed by
   ``poptorch_geometric.FixedSizeDataLoader`` (StreamPack), with the
-  ``interpret`` and ``compile`` backends, over a plain PyG eager loop with
+  ``interpret``, ``compile`` and ``auto`` backends (``auto`` with Sync
+  loading only), over a plain PyG eager loop with
   PyG's ``DataLoader``. Both take the same number of optimizer steps per
   epoch: the packing budgets come from ``FixedSizeOptions.for_batch_size``
   (batches of 128 graphs on average, like PyG's ``batch_size=128``);
   and each backend's ``DataLoaderMode.Async`` over ``Sync``, the median of
   the two setups' ratios in each round (the setups take turns epoch by
-  epoch, in reverse order every other round);
+  epoch, in reverse order every other round). The ``auto`` setup's first
+  ``AUTO_FIRST_EPOCHS`` epochs, from its first call (interpret while its
+  compiled step builds in the background, from inductor's cache once the
+  ``compile`` setups have compiled the same graph), count too
+  (``over_pyg_eager_first_epochs``); its build is waited for before the
+  measured rounds, which it would otherwise slow;
 * executor overhead: a training step of the ``interpret`` backend over the
   same step run eagerly on the same fixed-size batch; and the interpret
   backend's ceiling: a plain PyG iteration (reading and collating 128
@@ -78,6 +84,8 @@ from _example_common import (device_estimate, int_at_least,  # noqa: E402
 from molecule_model import MoleculeGNN  # noqa: E402
 
 GRAPHS_PER_BATCH = 128
+#: Epochs of the ``auto`` setup timed from its first call.
+AUTO_FIRST_EPOCHS = 5
 _INPUTS = ("x", "edge_index", "edge_attr", "batch", "graphs_mask", "y")
 #: Keys of the JSON record that tests and dashboards rely on.
 RECORD_KEYS = ("config", "collation", "packing", "packing_long_tailed",
@@ -105,10 +113,13 @@ class _Setup:
     def __init__(self, epoch: Callable[[], Tuple[int, int]],
                  compilations: Callable[[], int] = lambda: 0,
                  close: Callable[[], None] = lambda: None,
-                 estimate: Optional[Callable[[float], Dict]] = None):
+                 estimate: Optional[Callable[[float], Dict]] = None,
+                 tiers: Any = None):
         self.epoch, self.compilations, self.close = epoch, compilations, close
         #: graphs per micro-batch -> the simulated IPU's estimate.
         self.estimate = estimate
+        #: The ``auto`` backend's state (``executor._tiered``), or None.
+        self.tiers = tiers
 
 
 def _pyg_eager(dataset, model: MoleculeGNN) -> _Setup:
@@ -156,7 +167,8 @@ def _executor(dataset, model: MoleculeGNN, sizes, backend: str,
         return graphs, steps
 
     return _Setup(epoch, ipu_model.compilations, loader.terminate,
-                  lambda graphs: device_estimate(ipu_model, graphs))
+                  lambda graphs: device_estimate(ipu_model, graphs),
+                  tiers=lambda: ipu_model._state.program.tiers)
 
 
 def _rounds(setups: Dict[str, _Setup], rounds: int
@@ -192,18 +204,35 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
     setups = {"pyg_eager": _pyg_eager(
         dataset, _new_model(y, GRAPHS_PER_BATCH, args.hidden))}
     for backend in args.backends:
-        for mode in (poptorch.DataLoaderMode.Sync,
-                     poptorch.DataLoaderMode.Async):
+        for mode in (poptorch.DataLoaderMode.Sync,) if backend == "auto" \
+                else (poptorch.DataLoaderMode.Sync,
+                      poptorch.DataLoaderMode.Async):
             setups[f"{backend}_{mode.name.lower()}"] = _executor(
                 dataset, _new_model(y, sizes.num_graphs, args.hidden), sizes,
                 backend, mode, args.device_iterations)
     results: Dict[str, Dict[str, Any]] = {}
     for name, setup in setups.items():
-        progress(f"training {name}: warm-up epoch")
-        start = time.perf_counter()
-        setup.epoch()
-        results[name] = {"first_epoch_s": time.perf_counter() - start,
+        auto = name.startswith("auto")
+        progress(f"training {name}: " + (f"first {AUTO_FIRST_EPOCHS} epochs"
+                                         if auto else "warm-up epoch"))
+        epochs = []
+        for _ in range(AUTO_FIRST_EPOCHS if auto else 1):
+            start = time.perf_counter()
+            graphs, _ = setup.epoch()
+            epochs.append((graphs, time.perf_counter() - start))
+        results[name] = {"first_epoch_s": epochs[0][1],
                          "compilations_first_epoch": setup.compilations()}
+        if auto:
+            results[name]["first_epochs"] = epochs
+    for name, setup in setups.items():
+        if setup.tiers is not None and setup.tiers() is not None:
+            tiers = setup.tiers()
+            if not tiers.wait(600):
+                progress(f"{name}: compiled step still building")
+            results[name]["auto_steps_before_switch"] = \
+                tiers.interpreted_calls
+            results[name]["auto_build_s"] = tiers._build.seconds \
+                if tiers._build is not None else None
     # On a machine that has never compiled, the first compilation starts
     # building inductor's precompiled headers in the background.
     if not wait_for_header_builds():
@@ -221,6 +250,11 @@ def training_throughput(dataset, sizes, args) -> Dict[str, Any]:
             result["over_pyg_eager_per_round"])
         result["compilations_measured_epochs"] = \
             setup.compilations() - result["compilations_first_epoch"]
+        if "first_epochs" in result:
+            graphs = sum(g for g, _ in result["first_epochs"])
+            seconds = sum(t for _, t in result["first_epochs"])
+            result["over_pyg_eager_first_epochs"] = \
+                graphs / seconds / statistics.median(pyg_rates)
         if setup.estimate is not None:
             result["simulated_ipu"] = setup.estimate(
                 statistics.mean(g / s for g, s, _ in measured[name]))
@@ -318,6 +352,15 @@ def _ratios(record: Dict[str, Any]) -> Dict[str, float]:
                 result["over_pyg_eager"]
     ratios["training_best_over_pyg_eager"] = max(
         r["over_pyg_eager"] for n, r in training.items() if n != "pyg_eager")
+    for name, result in training.items():
+        if "over_pyg_eager_first_epochs" in result:
+            ratios[f"training_{name}_first_{AUTO_FIRST_EPOCHS}_epochs_over_"
+                   "pyg_eager"] = result["over_pyg_eager_first_epochs"]
+    first = record.get("first_step", {})
+    if "auto" in first and "interpret" in first:
+        for key in ("cold", "warm"):
+            ratios[f"training_auto_first_step_over_interpret_{key}"] = \
+                first["auto"][f"{key}_s"] / first["interpret"][f"{key}_s"]
     for backend in record["config"]["backends"]:
         sync, asynchronous = (training.get(f"{backend}_{mode}")
                               for mode in ("sync", "async"))
@@ -370,6 +413,12 @@ def print_table(record: Dict[str, Any]) -> None:
         label = f"training {name} ({r['steps_per_epoch']} steps/epoch)"
         print(f"{label + ' (graphs/s)':52}"
               f"{r['graphs_per_s']:>12.0f}{r['over_pyg_eager']:>9.2f}")
+        if "over_pyg_eager_first_epochs" in r:
+            label = (f"  its first {len(r['first_epochs'])} epochs, from "
+                     f"the first call (s)")
+            print(f"{label:52}"
+                  f"{sum(t for _, t in r['first_epochs']):>12.2f}"
+                  f"{r['over_pyg_eager_first_epochs']:>9.2f}")
     for backend in record["config"]["backends"]:
         key = f"training_{backend}_async_over_sync"
         if key in ratios:
@@ -387,6 +436,11 @@ def print_table(record: Dict[str, Any]) -> None:
             f"{len(r['cold_samples_s'])} runs)"
         print(f"{label:52}{r['cold_s']:>6.1f}/{r['new_model_s']:.1f}/"
               f"{r['warm_s']:.1f}")
+    for key in ("cold", "warm"):
+        name = f"training_auto_first_step_over_interpret_{key}"
+        if name in ratios:
+            print(f"{f'first step, auto / interpret ({key})':52}"
+                  f"{'':>12}{ratios[name]:>9.2f}")
     for name, count in record["compilations"].items():
         print(f"{'compilations, ' + name:52}{count:>12}")
     print(f"simulated IPU: {record['simulated_ipu']['summary']}")
@@ -406,7 +460,7 @@ def progress(stage: str) -> None:
 
 _WORDS = {"pyg": "PyG", "eager": "eager loop", "sync": "Sync",
           "async": "Async", "over": "/", "interpret": "interpret",
-          "compile": "compile"}
+          "compile": "compile", "auto": "auto"}
 
 
 def ratio_label(key: str) -> str:
@@ -455,7 +509,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=positive_int, default=64)
     parser.add_argument("--device-iterations", type=positive_int, default=1)
     parser.add_argument("--backends", nargs="+", default=None,
-                        choices=("interpret", "compile"))
+                        choices=("interpret", "compile", "auto"))
     parser.add_argument("--repeats", type=positive_int, default=5,
                         help="collation passes (median)")
     parser.add_argument("--overhead-rounds", type=positive_int, default=60)
@@ -484,7 +538,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.first_step_samples = 1
         args.long_tailed_graphs = min(args.long_tailed_graphs, 1000)
     if args.backends is None:
-        args.backends = ["interpret", "compile"]
+        args.backends = ["interpret", "compile", "auto"]
     return args
 
 

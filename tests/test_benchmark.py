@@ -253,3 +253,32 @@ def test_segment_aggregation_equals_scatter_forward_and_backward():
     record = compare(nodes=200, edges=150, features=5, repeats=1)
     assert sorted(record) == ["max", "mean", "sum"]
     assert all(t > 0 for times in record.values() for t in times.values())
+
+
+def test_auto_rows_are_its_first_epochs_and_first_step_over_interpret():
+    """The ``auto`` setup's first epochs from its first call give their
+    own ratio, and its first step is compared with ``interpret``'s."""
+    benchmark = _load_benchmark()
+    first = benchmark.AUTO_FIRST_EPOCHS
+    training = {
+        "pyg_eager": {"over_pyg_eager": 1.0},
+        "auto_sync": {"over_pyg_eager": 2.8,
+                      "over_pyg_eager_first_epochs": 1.9}}
+    step = {"interpret": {"cold_s": 0.5, "warm_s": 0.4},
+            "auto": {"cold_s": 0.55, "warm_s": 0.4}}
+    ratios = benchmark._ratios({
+        "collation": {"tight_over_pyg": 2.0,
+                      "tight_from_storage_over_pyg": 3.0},
+        "training": training, "config": {"backends": ["auto"]},
+        "overhead": {"interpret_over_eager": 0.8,
+                     "interpret_ceiling_over_pyg": 1.9},
+        "first_step": step})
+    assert ratios["training_auto_sync_over_pyg_eager"] == 2.8
+    assert ratios[f"training_auto_sync_first_{first}_epochs_over_pyg_eager"] \
+        == 1.9
+    assert ratios["training_auto_first_step_over_interpret_cold"] == \
+        pytest.approx(1.1)
+    assert ratios["training_auto_first_step_over_interpret_warm"] == 1.0
+    assert benchmark.ratio_label(
+        "training_auto_first_step_over_interpret_cold") == \
+        "Training, auto first step / interpret cold"
