@@ -6,6 +6,21 @@ example tensors (``Form.like``): the thread never touches the tensors of
 the calls that run meanwhile. Only one build runs at a time: two would
 share the two cores of a small machine and both finish later.
 
+Inductor's tracing and code generation are Python and hold the GIL. A call
+running meanwhile releases the GIL in every ATen op and must take it back
+afterwards; by default Python makes it wait up to its switch interval
+(5 ms) for that, so a step of a few hundred ops crawls while a build runs.
+During a build the interval is :data:`BUILD_SWITCH_INTERVAL_S` (put back
+afterwards, process-wide): the step waits a fraction of a millisecond per
+op, and the build still runs whenever the step computes.
+
+Why not a child process, which would leave the GIL alone: this process
+would still have to import inductor, trace the step and load the compiled
+form from inductor's cache (a few seconds of Python), the child imports
+torch and inductor again, and both compete for the same cores; on a
+shared 2-core machine, child-process builds switched later than the
+thread's.
+
 Example (``submit(executable, form, "cpu")`` queues the same; a build
 cancelled before it starts compiles nothing)::
 
@@ -20,6 +35,7 @@ cancelled before it starts compiles nothing)::
     (True, None, 0)
 """
 import collections
+import sys
 import threading
 import time
 from typing import Deque, Optional
@@ -28,6 +44,10 @@ from .backends import Executable, prepare_backend
 from .backends._executable import Form
 
 __all__: list = []
+
+#: Python's thread switch interval while a build runs (see the module
+#: docstring).
+BUILD_SWITCH_INTERVAL_S = 2e-4
 
 
 class Build:
@@ -63,8 +83,13 @@ class Build:
         try:
             if not self.cancelled:
                 start = time.perf_counter()
-                prepare_backend("compile", self.host_device)
-                self.executable.prepare_form(self.form)
+                interval = sys.getswitchinterval()
+                sys.setswitchinterval(min(interval, BUILD_SWITCH_INTERVAL_S))
+                try:
+                    prepare_backend("compile", self.host_device)
+                    self.executable.prepare_form(self.form)
+                finally:
+                    sys.setswitchinterval(interval)
                 self.seconds = time.perf_counter() - start
         except Exception as error:  # noqa: BLE001 (reported by the caller)
             self.error = error
