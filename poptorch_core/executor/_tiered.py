@@ -41,6 +41,7 @@ otherwise)::
     >>> model.compilations()          # build
     0
 """
+import copy
 import time
 from typing import Any, Optional
 
@@ -117,7 +118,12 @@ class TieredBackend:
         (no-op when a build is under way or done)."""
         if self._build is not None or not self._enabled or self.switched:
             return
-        executable = Executable(program.executable.graph_module, "compile")
+        # A copy of the graph: inductor's cache lookup swaps the module's
+        # ``meta`` out while it hashes it, which the calls running
+        # meanwhile read (the captured graph is the host graph when
+        # lowering changes nothing).
+        executable = Executable(
+            copy.deepcopy(program.executable.graph_module), "compile")
         # Example tensors: the build must not read the step's own, which
         # the calls running meanwhile update.
         form = program.step_form(bound, executable).like()

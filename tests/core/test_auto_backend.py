@@ -160,6 +160,12 @@ def test_inference_switches_and_matches_eager():
         torch.testing.assert_close(auto(x), layer(x).detach(), rtol=1e-5,
                                    atol=1e-6)
     assert auto.compilations() == 1 and _tiers(auto).interpreted_calls == 2
+    # The build compiled a copy: inductor's cache lookup swaps a module's
+    # ``meta`` out while the calls on interpret read the captured graph's.
+    program = auto._state.program
+    assert program.executable.graph_module is not \
+        program.captured.graph_module
+    assert "poptorch_num_user_outputs" in program.captured.graph_module.meta
 
 
 def test_compile_starts_the_build_without_a_bar_or_waiting():
