@@ -6,20 +6,21 @@ example tensors (``Form.like``): the thread never touches the tensors of
 the calls that run meanwhile. Only one build runs at a time: two would
 share the two cores of a small machine and both finish later.
 
-Inductor's tracing and code generation are Python and hold the GIL. A call
-running meanwhile releases the GIL in every ATen op and must take it back
-afterwards; by default Python makes it wait up to its switch interval
-(5 ms) for that, so a step of a few hundred ops crawls while a build runs.
-During a build the interval is :data:`BUILD_SWITCH_INTERVAL_S` (put back
-afterwards, process-wide): the step waits a fraction of a millisecond per
-op, and the build still runs whenever the step computes.
+The build competes with the calls that run meanwhile: for the GIL
+(inductor's tracing and code generation are Python) and for the cores
+(its ``g++`` runs, and torch's intra-op threads of the calls). On a small
+machine the calls are slower while it runs, and it takes longer than a
+compilation in the foreground; once it is done, nothing is shared.
 
 Why not a child process, which would leave the GIL alone: this process
 would still have to import inductor, trace the step and load the compiled
 form from inductor's cache (a few seconds of Python), the child imports
 torch and inductor again, and both compete for the same cores; on a
-shared 2-core machine, child-process builds switched later than the
-thread's.
+2-core machine the steps slowed more and the switch came later than with
+the thread. Why not a lower priority for the thread (its ``g++`` runs
+would inherit it): at ``nice`` 19 the steps kept their speed, but a
+training loop that keeps both cores busy left the build no time to
+finish.
 
 Example (``submit(executable, form, "cpu")`` queues the same; a build
 cancelled before it starts compiles nothing)::
@@ -35,7 +36,6 @@ cancelled before it starts compiles nothing)::
     (True, None, 0)
 """
 import collections
-import sys
 import threading
 import time
 from typing import Deque, Optional
@@ -45,9 +45,6 @@ from .backends._executable import Form
 
 __all__: list = []
 
-#: Python's thread switch interval while a build runs (see the module
-#: docstring).
-BUILD_SWITCH_INTERVAL_S = 2e-4
 
 
 class Build:
@@ -83,13 +80,8 @@ class Build:
         try:
             if not self.cancelled:
                 start = time.perf_counter()
-                interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(interval, BUILD_SWITCH_INTERVAL_S))
-                try:
-                    prepare_backend("compile", self.host_device)
-                    self.executable.prepare_form(self.form)
-                finally:
-                    sys.setswitchinterval(interval)
+                prepare_backend("compile", self.host_device)
+                self.executable.prepare_form(self.form)
                 self.seconds = time.perf_counter() - start
         except Exception as error:  # noqa: BLE001 (reported by the caller)
             self.error = error
