@@ -28,8 +28,8 @@ What the switch keeps and changes:
 When: the build starts at the model's second call (a model called once
 compiles nothing), or at ``model.compile()``. Builds run one at a time, in
 the order they were asked for, in one background thread
-(:mod:`._background_compile`), and the first step's tracing never competes
-with one.
+(:mod:`._background_compile`); a model's first call never competes with
+its own build.
 
 Example (``"auto"`` is the default unless ``POPTORCH_SIM_BACKEND`` says
 otherwise)::

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 import poptorch
 from poptorch_core.executor import _scale_out_hook, _tiered
 from poptorch_core.executor.backends._executable import Executable
+from ._eager import assert_outputs_match, train_call
+from ._models import MLP
 
 #: Seconds a test waits for a background build at most (a cold compilation
 #: of these models takes a few seconds on 2 cores).
@@ -146,6 +148,32 @@ def test_switch_keeps_weights_optimizer_state_and_rng_bitwise():
                        interpret_model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5)
+
+
+def test_accumulated_steps_switch_and_match_eager():
+    """Two accumulation steps per optimizer step and SGD with momentum:
+    the compiled training step without the optimizer in it."""
+    torch.manual_seed(0)
+    model = MLP()
+    eager = copy.deepcopy(model)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(2)
+    opts.outputMode(poptorch.OutputMode.All)
+    auto = poptorch.trainingModel(model, opts, torch.optim.SGD(
+        model.parameters(), lr=0.05, momentum=0.9))
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(2)
+    for call in range(4):
+        inputs = [torch.randn(16, 4, generator=gen),
+                  torch.randn(16, 3, generator=gen)]
+        out, loss = auto(*inputs)
+        assert_outputs_match(out, loss, train_call(eager, eager_opt, inputs,
+                                                   G=2))
+        if call == 1:
+            assert _tiers(auto).wait(_BUILD_TIMEOUT)
+    assert auto.compilations() == 1 and _tiers(auto).interpreted_calls == 2
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
 
 def test_inference_switches_and_matches_eager():
