@@ -1,10 +1,17 @@
 """Compiling a step's form in the background, for the ``auto`` backend.
 
-One daemon thread takes the builds in the order they were submitted and
-compiles each on its own ``compile`` :class:`~.backends.Executable` from
-example tensors (``Form.like``): the thread never touches the tensors of
-the calls that run meanwhile. Only one build runs at a time: two would
-share the two cores of a small machine and both finish later.
+One thread takes the builds in the order they were submitted and compiles
+each on its own ``compile`` :class:`~.backends.Executable` from example
+tensors (``Form.like``): the thread never touches the tensors of the calls
+that run meanwhile. Only one build runs at a time: two would share the two
+cores of a small machine and both finish later. The thread ends when no
+build is left, and a new one starts with the next.
+
+At the end of the program, the build under way finishes (the interpreter
+waits for the thread, as it is not a daemon) and queued ones are dropped.
+A daemon thread would be stopped wherever it is once the interpreter
+finalises: inside torch's C++ code, that aborts the process
+("terminate called without an active exception").
 
 The build competes with the calls that run meanwhile: for the GIL
 (inductor's tracing and code generation are Python) and for the cores
@@ -93,16 +100,20 @@ class Build:
 
 _queue: Deque[Build] = collections.deque()
 _lock = threading.Lock()
-_wake = threading.Condition(_lock)
 _worker: Optional[threading.Thread] = None
 
 
 def _work() -> None:
+    global _worker
     while True:
         with _lock:
-            while not _queue:
-                _wake.wait()
+            if not _queue:
+                _worker = None
+                return
             build = _queue.popleft()
+        if not threading.main_thread().is_alive():
+            # The program is ending: compile nothing more.
+            build.cancel()
         build.run()
 
 
@@ -114,8 +125,7 @@ def submit(executable: Executable, form: Form, host_device: str) -> Build:
     with _lock:
         _queue.append(build)
         if _worker is None:
-            _worker = threading.Thread(target=_work, daemon=True,
+            _worker = threading.Thread(target=_work,
                                        name="poptorch-auto-compile")
             _worker.start()
-        _wake.notify()
     return build

@@ -315,3 +315,41 @@ def test_several_processes_stay_on_interpret(monkeypatch):
         model(torch.randn(8, 4))
     tiers = _tiers(model)
     assert tiers._build is None and not tiers.switched
+
+
+_ENDS_DURING_A_BUILD = """
+import sys, time
+import torch
+from poptorch_core.executor import _background_compile
+from poptorch_core.executor.backends import Executable
+from poptorch_core.executor.backends._executable import Form
+
+def slow_build(self, form):
+    time.sleep(1.0)
+    with open(sys.argv[1] + "." + form.kind, "w"):
+        pass
+
+Executable.prepare_form = slow_build
+gm = torch.fx.symbolic_trace(lambda x: x * 2)
+for kind in ("first", "queued"):
+    _background_compile.submit(Executable(gm, "compile"),
+                               Form(kind, [torch.ones(2)], False), "cpu")
+"""
+
+
+def test_a_program_that_ends_during_a_build_waits_for_it(tmp_path):
+    """The interpreter waits for the build under way and drops the queued
+    ones. A daemon thread was stopped wherever it was when the interpreter
+    finalised: inside torch's C++ code, that aborted the process
+    ("terminate called without an active exception")."""
+    import pathlib
+    import subprocess
+    import sys
+    marker = tmp_path / "built"
+    result = subprocess.run(
+        [sys.executable, "-c", _ENDS_DURING_A_BUILD, str(marker)],
+        cwd=pathlib.Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "built.first").exists()
+    assert not (tmp_path / "built.queued").exists()
