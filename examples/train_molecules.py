@@ -141,7 +141,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def _options(args: argparse.Namespace, training: bool) -> poptorch.Options:
     opts = poptorch.Options().randomSeed(args.seed)
-    opts.Simulator.backend(args.backend).hostDevice(args.host_device)
+    # The validation set is scored once, in a few calls: an auto build of
+    # the inference model would never be used, and the script would wait
+    # for it at its end.
+    backend = "interpret" if args.backend == "auto" and not training \
+        else args.backend
+    opts.Simulator.backend(backend).hostDevice(args.host_device)
     if training:
         opts.deviceIterations(args.device_iterations)
         opts.replicationFactor(args.replication)
@@ -358,8 +363,8 @@ def _backend_line(summary: Dict[str, Any]) -> str:
                     "compiled step was built in the background)")
         return ("auto (interpret for the first steps, compiled once built "
                 "in the background; inductor compilations: train "
-                f"{compilations['train']}, inference "
-                f"{compilations['inference']})")
+                f"{compilations['train']}; the few validation calls run "
+                "interpret)")
     return (f"compile (inductor compilations: train "
             f"{compilations['train']}, inference "
             f"{compilations['inference']}; 1 each means no "

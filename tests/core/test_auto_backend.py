@@ -218,6 +218,33 @@ def test_compile_starts_the_build_without_a_bar_or_waiting():
     assert auto.compilationTime() == traced
 
 
+def test_saved_auto_model_loads_as_auto_and_continues(tmp_path):
+    """``poptorch.load`` compiles the saved model, which for ``auto``
+    traces and starts the build; the loaded model continues training as
+    the original does (eager PyTorch's Adam within float rounding)."""
+    torch.manual_seed(0)
+    model = _Noisy()
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.Adam(eager.parameters(), lr=0.01)
+    auto = _training(model)
+    batches = _batches(4)
+    for x, y in batches:
+        eager_opt.zero_grad()
+        eager(x, y)[1].backward()
+        eager_opt.step()
+    auto(*batches[0])
+    path = tmp_path / "model.poptorch"
+    auto.save(str(path))
+    restored = poptorch.load(str(path))
+    assert restored.options.Simulator.execution_backend == "auto"
+    assert _tiers(restored).wait(_BUILD_TIMEOUT)
+    for x, y in batches[1:]:
+        restored(x, y)
+    assert restored.compilations() == 1
+    for p, q in zip(restored.model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
 def test_a_model_called_once_builds_nothing():
     auto = poptorch.inferenceModel(torch.nn.Linear(4, 3))
     auto(torch.randn(8, 4))
