@@ -345,13 +345,16 @@ def test_several_processes_stay_on_interpret(monkeypatch):
 
 
 _ENDS_DURING_A_BUILD = """
-import sys, time
+import sys, threading, time
 import torch
 from poptorch_core.executor import _background_compile
 from poptorch_core.executor.backends import Executable
 from poptorch_core.executor.backends._executable import Form
 
+started = threading.Event()
+
 def slow_build(self, form):
+    started.set()
     time.sleep(1.0)
     with open(sys.argv[1] + "." + form.kind, "w"):
         pass
@@ -361,6 +364,7 @@ gm = torch.fx.symbolic_trace(lambda x: x * 2)
 for kind in ("first", "queued"):
     _background_compile.submit(Executable(gm, "compile"),
                                Form(kind, [torch.ones(2)], False), "cpu")
+started.wait()  # the script ends while the first build runs
 """
 
 
