@@ -48,8 +48,8 @@ class _Noisy(torch.nn.Module):
 
 def _batches(count):
     gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(8, 4, generator=gen), torch.randn(8, 3, generator=gen))
-            for _ in range(count)]
+    return [(torch.randn(8, 4, generator=gen),
+             torch.randn(8, 3, generator=gen)) for _ in range(count)]
 
 
 def _training(model, backend=None, optimizer=None):
