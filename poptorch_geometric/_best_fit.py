@@ -25,29 +25,18 @@ top-up's score also steers the skew back to 0: it subtracts ``BALANCE * |skew
 after the candidate| / (node room + edge room / ratio)``, the rooms as they are
 before the candidate; and a prefix holding more than :data:`PREFIX_SLOTS` of
 the graph slots is cut back to that many (at least the first graph), which
-leaves the top-up slots to balance with. On a long-tailed size distribution
-(median 20 nodes, up to 800) about half of the prefixes are lopsided, and
-balancing them takes ``FixedSizeOptions.for_packing(dataset, 128)`` from
-97.5-98.0% to 98.3-98.5% of node and edge slots (four size draws, ten shuffled
-epochs each); on NCI about 4% are (runs of small molecules fill the slots), for
-99.1% without and 99.2% with. The top-ups then add 2.2-3.3 graphs per batch
-instead of 1.4-1.5, one step each, so an epoch's packing costs 1.6 times as
-much as without balancing on the long-tailed sizes (4.9-6.2% of their loading
-time in the benchmark) and 1.5 times on NCI (3.4-4.9%). An earlier rule also
-cut a lopsided prefix back to 85% of each room; the top-up then had more to
-fill, one graph per step, and packing cost 1.4 times as much on the long-tailed
-sizes for the same fill at the default lookahead (98.3% on average over the
-four draws either way); with a lookahead of 64 it filled 0.3-0.5 points more
-there (97.5% on the benchmark's draw with this rule).
+leaves the top-up slots to balance with. On long-tailed size distributions
+many prefixes are lopsided, and balancing them fills more of the slots, for
+more top-up steps per batch; ``docs/design/packing.rst`` has the fill and the
+cost on NCI and on long-tailed sizes, and the rules tried before.
 
 Guarantees: every graph is packed exactly once; each batch starts with the
 oldest graph still waiting and takes only from the next ``lookahead`` (at
 least ``max_graphs``) graphs still waiting, so a graph overtakes fewer than
 ``lookahead`` waiting graphs; the result depends only on the order and the
 sizes (no randomness). Each batch costs O(``lookahead``) work, whatever
-the dataset's length (re-slicing the list of waiting graphs per batch made
-an epoch of a million graphs quadratic: 0.5 ms per batch instead of
-0.03 ms).
+the dataset's length (re-slicing the list of waiting graphs per batch
+would make an epoch quadratic in its length).
 
 Example (room for 2 graphs and 9 nodes; sizes 5, 5, 4, 4 in that order)::
 
@@ -66,24 +55,22 @@ import numpy as np
 
 __all__: list = []
 
-#: Samples a batch may be topped up from. On NCI with
-#: ``FixedSizeOptions.for_packing(dataset, 128)``: greedy 98.5% of node and
-#: edge slots, lookahead 64 99.0%, 256 99.2%, 1024 99.3%; on the long-tailed
-#: sizes 95.9%, 97.5%, 98.3%, 98.3%. The cost per batch grows little with the
-#: window (the candidates are filtered once).
+#: Samples a batch may be topped up from: past this window the fill hardly
+#: improves (``docs/design/packing.rst``). The cost per batch grows little
+#: with the window (the candidates are filtered once).
 DEFAULT_LOOKAHEAD = 256
 
 #: A prefix whose skew passes this share of the node room (or that takes
 #: every slot with more than this share of both rooms left) is lopsided
-#: (at 0.03-0.06 fewer are balanced, and the long-tailed sizes fill 0.2-0.5
-#: points less).
+#: (higher thresholds balance fewer batches and fill less; tuned on the
+#: benchmark's long-tailed sizes, ``docs/design/packing.rst``).
 LOPSIDED = 0.02
 #: The share of the graph slots a lopsided prefix keeps: the rest is the
-#: balancing top-up's to choose (0.8 and 0.95 balance worse on the
-#: long-tailed sizes).
+#: balancing top-up's to choose (lower and higher shares balance worse on
+#: the long-tailed sizes).
 PREFIX_SLOTS = 0.9
-#: Weight of the skew penalty in a balancing top-up's score (3 balances
-#: less, 30 and 100 no better).
+#: Weight of the skew penalty in a balancing top-up's score (lower weights
+#: balance less, higher ones no better).
 BALANCE = 10.0
 
 

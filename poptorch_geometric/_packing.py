@@ -26,16 +26,15 @@ __all__: list = []
 
 #: Shuffled orders (seeded) that budgets for a shuffling loader are searched
 #: with, so that an epoch in a new random order rarely needs a batch more
-#: than the budgets were chosen for (on NCI with 128-graph batches: about 1
-#: epoch in 5 with 3 orders, 1 in 13 with 8; the search's time grows with
-#: the count).
+#: than the budgets were chosen for (more orders make that rarer; the
+#: search's time grows with the count).
 _SHUFFLES = 6
 #: The seeded shuffles (the search's six first) the chosen budgets are then
 #: raised to fit as well. The smallest budgets that fit 6 orders are on the
-#: edge: a 7th, random order needs a batch more about one time in seven,
-#: which costs that epoch 2.5% of its slots at 40 batches. Fitting 30 makes
-#: it about one epoch in twenty to thirty, for at most a few tenths of a
-#: percent of budget, and costs one more search at the chosen batch count.
+#: edge: a new random order often needs a batch more, which costs that
+#: epoch a batch's worth of slots. Fitting 30 makes that rare, for at most
+#: a few tenths of a percent of budget, and costs one more search at the
+#: chosen batch count (``docs/design/packing.rst``).
 _CONFIRM_SHUFFLES = 30
 
 
@@ -126,7 +125,7 @@ def count_packed_batches(nodes: np.ndarray, edges: np.ndarray,
 
 
 #: Seconds a budget search runs before it shows a progress bar (searches on
-#: tens of thousands of graphs take 10-30 s).
+#: tens of thousands of graphs take long enough to want one).
 PROGRESS_DELAY_S = 2.0
 
 
@@ -149,10 +148,10 @@ def _smallest_node_budget(sizes: _Sizes, total_nodes: int, num_graphs: int,
     """The smallest node budget (edges following by ``ratio``) that packs
     the graphs into at most ``num_batches`` batches; ``high`` must work.
 
-    A bisection: greedy packing is not monotone in the budget (in about
-    0.5% of random size lists a budget packs into fewer batches than the
-    next larger one), so the answer is then a larger budget that also
-    works, a little less efficient, never one that needs more batches."""
+    A bisection: greedy packing is not monotone in the budget (for a few
+    size lists a budget packs into fewer batches than the next larger
+    one), so the answer is then a larger budget that also works, a little
+    less efficient, never one that needs more batches."""
     low = max(low, min_nodes, math.ceil(total_nodes / num_batches))
     while low < high:
         mid = (low + high) // 2

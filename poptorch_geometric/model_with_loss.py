@@ -203,7 +203,7 @@ def with_loss(model: torch.nn.Module, loss_fn: Callable, target: str = "y",
     that is not a valid class index) and add exactly 0. A mini-batch with
     no such entry (padding only) has loss 0, and a training model leaves
     it out of the step: under ``Mean`` reduction the step's gradient is
-    the mean over the real mini-batches only (see the README).
+    the mean over the real mini-batches only (see ``docs/poptorch.rst``).
 
     Example: see the module's docstring.
     """

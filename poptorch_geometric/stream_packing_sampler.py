@@ -66,13 +66,13 @@ def sampling_order(sampler: Iterable[int]) -> np.ndarray:
     """The indices one pass over ``sampler`` yields, as an int64 array.
 
     Torch's ``SequentialSampler`` and (default) ``RandomSampler`` are drawn
-    with one tensor op and the same random draws as iterating them, about 20
-    times as fast as a Python loop over 5,000 ints; other samplers are
+    with one tensor op and the same random draws as iterating them, rather
+    than with a Python loop over every index; other samplers are
     iterated. A ``RandomSampler`` draws its order with one ``randperm`` and
     then an empty tail with another: the tail is drawn here too when the
     sampler has a generator of its own, which it advances; without one, both
     come from a generator seeded from torch's global one and dropped after
-    the epoch, so the tail changes nothing (about 20 us of 5,000 samples).
+    the epoch, so the tail changes nothing (and costs one small draw).
     """
     if type(sampler) is SequentialSampler:
         return np.arange(len(sampler.data_source), dtype=np.int64)

@@ -171,7 +171,7 @@ def _data_batch(tensors: Dict[str, torch.Tensor]) -> DataBatch:
     signature on every call) and without ``Data.__setattr__``: for a
     fresh store and tensor values its property and storage setters only
     end in that mapping, and they cost more than the rest of a combined
-    batch's bookkeeping (about 5 us per key)."""
+    batch's bookkeeping."""
     batch = type.__call__(DataBatch)
     mapping = batch._store._mapping
     for key in _DATA_INIT_KEYS:

@@ -20,6 +20,7 @@ import types
 from functools import cached_property, singledispatchmethod
 from typing import Any, Dict, Iterator, List, NamedTuple, Tuple
 
+import pytest
 import torch
 
 import poptorch_core
@@ -238,3 +239,132 @@ def test_no_docstring_cites_sections_of_a_specification():
                      path.read_text().splitlines(), 1)
                  if citation.search(line)]
     assert offending == []
+
+
+# --- No measurements in docstrings and comments ------------------------------
+#
+# A docstring says what, why, the invariants and an example; a comment says
+# why. Timings, run counts, dates and before/after ratios go stale with the
+# next change and belong in the design notes (docs/design/) or on the
+# generated benchmark page (docs/benchmarks.md).
+
+_NUMBER = r"\d+(?:[.,]\d+)?"
+_RANGE = rf"{_NUMBER}(?:-{_NUMBER})?"
+_COUNT = (r"(?:\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|"
+          r"twelve|twenty)")
+MEASUREMENT = re.compile("|".join([
+    # A duration below a second, or a measured number of seconds: a
+    # decimal, a range or "about N s" (a whole number of seconds alone is a
+    # setting, such as a timeout).
+    rf"\b{_RANGE} ?(?:ms|us|µs|ns)\b",
+    rf"\b\d+\.\d+ ?s\b", rf"\b{_NUMBER}-{_NUMBER} ?s\b",
+    rf"\b(?:about|took|takes|taking) {_NUMBER} ?s\b",
+    # Dates.
+    r"\b(?:19|20)\d\d-\d\d-\d\d\b",
+    # Before/after: "1.5x", "0.93 of the time", "3 times as fast".
+    rf"\b{_RANGE}x\b",
+    rf"\b\d\.\d+(?: and \d\.\d+)? of (?:the|its) time\b",
+    rf"\b(?:{_NUMBER}|twice|\w+ times) as (?:fast|long|slow|much)\b",
+    rf"\b{_NUMBER}% (?:faster|slower)\b",
+    rf"\b{_NUMBER}-{_NUMBER}%",
+    rf"\btook {_NUMBER}",
+    # Run counts.
+    rf"\b(?:in|over|of) (?:\w+ )?{_COUNT} (?:paired |interleaved |fresh )?"
+    r"(?:runs|rounds|epochs|pairs)\b",
+    r"\bpaired\b", r"\binterleaved rounds\b", r"\bmedians? of\b",
+    r"\b[Mm]easured (?:on|at|in|\d)",
+]), re.IGNORECASE)
+
+#: ``(path under the repository, text)`` of the lines that match
+#: ``MEASUREMENT`` and measure nothing: each a format or a constant.
+MEASUREMENT_ALLOWED = {
+    # The report's format of durations, not a measured one.
+    ("poptorch_core/device/report.py",
+     '``"12.3 us"``, ``"4.56 ms"`` or ``"1.23 s"``.'),
+}
+
+
+def _comments_and_docstrings(source: str):
+    """``(line, text)`` of every comment line and every line of a module,
+    class or function docstring of ``source``."""
+    import ast
+    import io
+    import tokenize
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and \
+                    isinstance(first.value, ast.Constant) and \
+                    isinstance(first.value.value, str):
+                for offset, line in enumerate(
+                        first.value.value.splitlines()):
+                    yield first.lineno + offset, line
+
+
+def measurements(root: pathlib.Path, base: pathlib.Path) -> List[str]:
+    """``path:line: text`` of every comment or docstring line under
+    ``root`` that reads like a measurement (``MEASUREMENT``), less the
+    allowed ones."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(base).as_posix()
+        for number, text in _comments_and_docstrings(path.read_text()):
+            text = text.strip()
+            if MEASUREMENT.search(text) and \
+                    (relative, text) not in MEASUREMENT_ALLOWED:
+                found.append(f"{relative}:{number}: {text}")
+    return found
+
+
+def test_no_docstring_or_comment_holds_measurements():
+    base = pathlib.Path(poptorch_core.__file__).parent.parent
+    found = [line for package in PACKAGES
+             for line in measurements(base / package, base)]
+    assert found == [], "\n".join(
+        ["Move these figures to docs/design/ (or the generated benchmark "
+         "page) and keep what, why and the invariants here:"] + found)
+
+
+def test_every_allowed_measurement_line_exists():
+    # A stale allow-list entry would hide the next line that matches it.
+    base = pathlib.Path(poptorch_core.__file__).parent.parent
+    for relative, text in MEASUREMENT_ALLOWED:
+        lines = [line.strip() for _, line in _comments_and_docstrings(
+            (base / relative).read_text())]
+        assert text in lines, (relative, text)
+
+
+@pytest.mark.parametrize("text", [
+    "a compiled training step went from about 14 ms to 6.7-7.4 ms",
+    "took 0.93 and 0.97 of its time in two runs",
+    "(median of 16 paired epochs)",
+    "Measured on a first run on a machine (nothing cached), 2 cores",
+    "steady steps took 1.01x as long (0.99-1.04, 20 interleaved rounds)",
+    "measured on 2026-12-04",
+    "about 20 times as fast as a Python loop",
+    "first step 17.6 s before, 13.0 s after",
+    "the first step took 14.5-14.8 s",
+    "Async loading in a worker measured 6-10% slower than Sync",
+    "about 80 µs for a 420 KB batch",
+    "twice as fast as ATen's",
+])
+def test_measurements_are_recognised(text):
+    assert MEASUREMENT.search(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "Seconds between beats: a twentieth of the timeout, at most 1 s.",
+    "the accessor's ``timeout`` (300 s) is for a worker that sends nothing",
+    "30% once tracing is done, 70% once inductor has generated its code",
+    "one pass over the buffers instead of eight",
+    "``2 x output elements x contracted size``",
+    "a graph overtakes fewer than ``lookahead`` waiting graphs",
+    "several times slower on CPU with int32 indices",
+    "the second call starts building",
+])
+def test_descriptions_are_not_measurements(text):
+    assert not MEASUREMENT.search(text), text

@@ -337,6 +337,11 @@ def test_train_molecules_refuses_a_limit_without_a_training_split(
                                    "at least 1"),
     (["--sampling-workers", "-2"], "argument --sampling-workers: must be at "
                                    "least 1"),
+    (["--sage-nodes", "10"], "argument --sage-nodes: must be at least 1000, "
+                             "got 10"),
+    (["--point-cloud-molecules", "8"], "argument --point-cloud-molecules: "
+                                       "must be at least 32, got 8"),
+    (["--models", "gin"], "argument --models: invalid choice: 'gin'"),
 ])
 def test_benchmark_refuses_out_of_range_flags(argv, words, capsys):
     """Refused before anything runs, naming the flag and the valid range

@@ -6,8 +6,8 @@ above the median?).
 
 TopKPooling keeps a data-dependent number of nodes per graph; while the
 model is traced it keeps a fixed number of node slots instead, the unused
-ones in graph -1, which the global poolings leave out (README: "Node
-selection"), so the layers stay as PyG writes them.
+ones in graph -1, which the global poolings leave out (docs/geometric.rst:
+"Node selection"), so the layers stay as PyG writes them.
 
 Run with --cpu-reference to also run the unconverted script,
 examples/pyg/reference/topk_pool.py, and compare.

@@ -3,10 +3,10 @@
 A worker process pays off only where a core is free for it. The training
 step's intra-op threads keep their cores busy between ops (OpenMP threads
 spin rather than sleep), so a worker on one of those cores takes its time
-from the step even at the lowest priority: on 2 cores with torch's 2
-threads, Async loading in a worker measured 6-10% slower than Sync (the
-collation it takes over is about 10% of a step, and receiving a batch still
-costs a third of that). So the loader chooses:
+from the step even at the lowest priority: where the step's threads take
+every core, a worker slows the step by more than the loading it takes over
+(receiving a batch is not free either; ``docs/design/data_loading.rst`` has
+the measurements). So the loader chooses:
 
 * ``worker`` when the CPUs this process may run on outnumber torch's
   intra-op threads (a core the step does not use), as PopTorch always does;
@@ -16,15 +16,10 @@ costs a third of that). So the loader chooses:
   least :data:`WORKER_LOADING_SHARE` of :data:`WORKER_LOADING_EPOCHS`
   complete epochs in a row, from the second step on (the first one
   compiles), the following epochs load in a worker: then the loading a
-  worker takes over outweighs what it costs the step.
-  On 2 cores with torch's 2 threads a worker made the NCI training step,
-  whose collation is 16-24% of an epoch with the ``compile`` backend, 0.93
-  times as fast as loading inline (eight paired epochs), and a step whose
-  loading (parsing SMILES) is 32-38% of it 1.03-1.07 times as fast. The
-  NCI share varies from epoch to epoch with the machine's load: under the
-  earlier rule (25% of one epoch) one busy epoch could move the benchmark's
-  Async loader to a worker for the rest of the run (in one full run Async
-  fell 7-10% behind Sync from the round after an outlier on).
+  worker takes over outweighs what it costs the step. The share varies
+  from epoch to epoch with the machine's load, hence several epochs in a
+  row: a single busy epoch must not move a loader to a worker for the
+  rest of the run.
 
 ``POPTORCH_ASYNC_PLACEMENT`` overrides the choice: ``auto`` (default),
 ``worker`` or ``inline``. ``AsyncRebatched`` (and ``Async`` re-batching a

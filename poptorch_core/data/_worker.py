@@ -252,9 +252,8 @@ def _yield_to_the_consumer() -> None:
     worker at the same priority (with torch's intra-op threads of its own)
     slowed each step by more than the loading it took off it. So the worker
     uses one torch thread, as torch's own DataLoader workers do, and a lower
-    priority; it still gets every core the step leaves idle. On 2 cores this
-    made a GNN training epoch with Async loading 20% faster (0.346 s ->
-    0.276 s)."""
+    priority; it still gets every core the step leaves idle
+    (``docs/design/data_loading.rst``)."""
     torch.set_num_threads(1)
     try:
         os.nice(WORKER_NICENESS)

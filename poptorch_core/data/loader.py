@@ -61,10 +61,11 @@ class DataLoader(torch.utils.data.DataLoader):
         mode: ``Sync`` loads in this process; ``Async`` in a worker process
             through an :class:`AsynchronousDataAccessor` where a CPU is
             free for it, else in this process as ``Sync`` does (see
-            ``POPTORCH_ASYNC_PLACEMENT`` in the README); ``AsyncRebatched``
-            likewise, with torch batches of ``rebatched_worker_size`` joined
-            into combined batches (an iterable dataset split over several
-            workers then loses at most one partial batch in all). With a
+            ``POPTORCH_ASYNC_PLACEMENT`` in ``docs/environment.rst``);
+            ``AsyncRebatched`` likewise, with torch batches of
+            ``rebatched_worker_size`` joined into combined batches (an
+            iterable dataset split over several workers then loses at most
+            one partial batch in all). With a
             ``batch_sampler``, both asynchronous modes transfer the combined
             batches the sampler's batches make.
         async_options: keyword arguments of the AsynchronousDataAccessor.

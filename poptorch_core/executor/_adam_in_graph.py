@@ -15,10 +15,10 @@ update is the plain packed one:
   accumulation (``DeviceOptimizer.fusable_adam``);
 * exactly the packed parameters of that group require gradients.
 
-Every other step runs the optimizer as before, and so does a model whose
-loss leaves a packed parameter without gradient (the optimizer skips such
-a parameter; the graph cannot). On the NCI GINE model a ``compile`` step
-saves the gradient copies and the separate update, about 0.3 ms of 6.5-9.
+Every other step runs the optimizer after the graph, and so does a model
+whose loss leaves a packed parameter without gradient (the optimizer skips
+such a parameter; the graph cannot). A ``compile`` step that uses it saves the
+gradient copies and the separate update (``docs/design/compile_backend.rst``).
 """
 import dataclasses
 from typing import Any, Dict, Optional, Tuple

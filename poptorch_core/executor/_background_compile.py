@@ -129,3 +129,18 @@ def submit(executable: Executable, form: Form, host_device: str) -> Build:
                                        name="poptorch-auto-compile")
             _worker.start()
     return build
+
+
+def wait_for_builds(timeout: Optional[float] = None) -> bool:
+    """Waits until no build is queued or running (benchmarks: a build must
+    not share the cores with what they time); returns whether none is."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _lock:
+            worker = _worker
+        if worker is None:
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        worker.join(left)

@@ -9,8 +9,8 @@ to two parts:
   model's estimate), in ``compile()`` or the first call;
 * with the ``compile`` backend, inductor's compilation of the traced graph
   for the first run's tensors (``backends._executable``), in ``compile()``
-  (``Program.prepare``) or the first call: on 2 cores, 8-15 s the first
-  time on a machine, 1-3.6 s from inductor's on-disk cache.
+  (``Program.prepare``) or the first call: seconds, less once inductor's
+  on-disk cache holds the model.
 
 A call that compiles shows one bar for what it compiles (options'
 ``_progress_bar``, which appears only once a compilation has run for two

@@ -142,7 +142,8 @@ class AdamW(Optimizer, torch.optim.AdamW):
     Extra args:
         loss_scaling: see :class:`SGD` (default 1.0).
         bias_correction: apply Adam's bias correction (default True).
-        accum_type, first_order_momentum_accum_type,
+        accum_type: see :class:`Adam`.
+        first_order_momentum_accum_type: see :class:`Adam`.
         second_order_momentum_accum_type: see :class:`Adam`.
         max_grad_norm: clip the global gradient norm to this (default inf).
 
@@ -190,10 +191,10 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
 
     Extra args:
         loss_scaling: see :class:`SGD` (default 1.0).
-        accum_type, first_order_momentum_accum_type,
-        second_order_momentum_accum_type: dtypes of the gradient
-            accumulator, of the momentum (and centred mean) and of the mean
-            square.
+        accum_type: dtype of the gradient accumulator.
+        first_order_momentum_accum_type: dtype of the momentum (and of the
+            centred mean).
+        second_order_momentum_accum_type: dtype of the mean square.
         use_tf_variant: TensorFlow's RMSprop: the mean square starts at 1,
             eps goes inside the square root, and the learning rate is folded
             into the momentum buffer (default False).
@@ -255,7 +256,8 @@ class LAMB(Optimizer, torch.optim.Optimizer):
         loss_scaling: see :class:`SGD` (default 1.0).
         max_weight_norm: clamp of the weight norm in the trust ratio
             (default 65500.0).
-        accum_type, first_order_momentum_accum_type,
+        accum_type: see :class:`Adam`.
+        first_order_momentum_accum_type: see :class:`Adam`.
         second_order_momentum_accum_type: see :class:`Adam`.
 
     Example::

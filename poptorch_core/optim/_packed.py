@@ -3,11 +3,11 @@
 The IPU updates all the weights of a group in one fused operation. On the
 host the closest match is one flat buffer per quantity (weights, gradients,
 the two moments, the step counts) so that an update is a handful of kernels
-over the whole group rather than a handful per parameter; for a small GNN
-that is the difference between about 1 ms and 0.1 ms per step. With
-``fused=True`` (the ``compile`` backend) Adam and AdamW take one more step
-in that direction: torch's fused kernel makes one pass over the buffers
-instead of eight (a compiled NCI training epoch about 4% faster), equal to
+over the whole group rather than a handful per parameter, which for a
+small GNN is most of the update's cost. With ``fused=True`` (the
+``compile`` backend) Adam and AdamW take one more step in that direction:
+torch's fused kernel makes one pass over the buffers instead of eight,
+equal to
 the rule within float rounding rather than bit for bit. Where a step is
 one micro-batch, that backend applies the kernel's rule inside its compiled
 training graph instead (``executor._adam_in_graph``), on these same flat
@@ -152,8 +152,7 @@ class PackedGroup:
         """Copies the parameters' ``.grad`` into the flat gradient buffer
         (every packed parameter must have one) and returns the buffer."""
         # One foreach copy into views made once: a ``torch.cat`` of
-        # reshaped gradients costs a reshape per parameter (3.5 times as
-        # long for the 31 gradients of the NCI GINE model).
+        # reshaped gradients costs a reshape per parameter.
         torch._foreach_copy_(self._grad_views,
                              [p.grad for p in self.params])
         return self.grad

@@ -8,8 +8,8 @@ executor drives it over each call that compiles
 A compilation that ends within :data:`SHOW_AFTER_S` seconds prints nothing:
 tracing a model takes under a second, and most compilations are just that
 (all of them with the ``interpret`` backend); a bar on every model would be
-noise. A longer one (the ``compile`` backend's first step, 8-15 s the first
-time on a machine) shows its bar from then on, with the time since it
+noise. A longer one (the ``compile`` backend's first step, seconds with
+nothing cached) shows its bar from then on, with the time since it
 started.
 
 Example::

@@ -5,12 +5,12 @@ record_stack_traces=True)``) so that an IPU rule error can point at the
 user's line (:func:`.rules.node_user_location`). Torch drops the frames of
 its own modules from each recorded stack, listed by
 ``symbolic_shapes.uninteresting_files()``, whose first call imports
-inductor, dynamo's guards and ``torch.export`` to find their files: about
-0.5 s, most of an ``interpret`` model's first call (0.61-1.0 s with it,
-0.38-0.50 s without, the NCI GINE training step on 2 cores). The rule
-errors skip torch's frames themselves (:func:`.rules._describe_frames`), so
-while a thread captures, :func:`torch_frames_kept` makes that list empty
-for it; other threads get torch's list all along.
+inductor, dynamo's guards and ``torch.export`` to find their files: most
+of an ``interpret`` model's first call (``docs/design/interpret.rst``).
+The rule errors skip torch's frames themselves
+(:func:`.rules._describe_frames`), so while a thread captures,
+:func:`torch_frames_kept` makes that list empty for it; other threads get
+torch's list all along.
 """
 import contextlib
 import threading

@@ -70,7 +70,8 @@ def _gather(columns: Columns, keys: List[str]) -> bool:
 def _long(values: Any) -> Tensor:
     """An int64 tensor of a list or array of ints. Bookkeeping of a batch
     works on about a hundred sizes, where a NumPy call costs a fraction of
-    a PyTorch one (``torch.tensor(list)`` alone costs about 18 us)."""
+    a PyTorch one (``torch.tensor(list)`` alone costs more than the
+    conversion here)."""
     return torch.from_numpy(np.asarray(values, dtype=np.int64))
 
 

@@ -10,10 +10,10 @@ change. A :class:`StorageRecipe` keeps the decisions of one full collation
 and builds later batches from the rows alone: one gather index per group of
 keys with equal slices, one gather per key from its padded storage copy,
 the node offsets of index keys, the batch vector, the pointer and the
-masks: about 40 NumPy operations, and some 500 Python calls fewer per NCI
-batch than the full path (a loader's whole batch: 640 calls instead of
-1,160). In a training loop every piece of code runs with cold caches after
-the compiled step, so fewer of them is what makes loading cheaper there.
+masks: a few dozen NumPy operations, and far fewer Python calls per batch
+than the full path. In a training loop every piece of code runs with cold
+caches after the compiled step, so fewer of them is what makes loading
+cheaper there (``docs/design/collation.rst``).
 
 Invariants (what keeps a batch built from a recipe bit-identical to the
 full path's, so that using one is never visible):
@@ -226,7 +226,7 @@ class StorageRecipe:
         out = type.__call__(_DATA_BATCH)
         # The mapping of a fresh store, written directly: PyG's setters
         # only end there for tensor values (as in ``types._data_batch``),
-        # after about 5 us of bookkeeping per key.
+        # after bookkeeping that costs more than the rest of the batch's.
         mapping = out._store._mapping
         slices: Dict[str, Any] = {}
         incs: Dict[str, Any] = {}

@@ -5,11 +5,9 @@ With ``cpp_wrapper`` (``_cpu_inductor.FIRST_COMPILE_PATCHES``) inductor
 builds one shared library per graph: the forward's, then the backward's. By
 default each build blocks its compilation, and AOTAutograd compiles the
 backward graph only at the first backward call, so on a first run nothing
-overlaps, measured on the NCI GINE training step (2 cores, nothing
-cached):
-
-    forward codegen ~3.4 s | forward g++ ~5 s | backward codegen ~4.4 s |
-    backward g++ ~5 s
+overlaps: forward code generation, forward ``g++``, backward code
+generation, backward ``g++``, one after the other
+(``docs/design/compile_backend.rst`` has the timeline).
 
 :func:`background_cpp_builds` changes two things while a graph compiles:
 
@@ -24,7 +22,7 @@ cached):
   subprocess, which leaves the GIL free), the backward's codegen runs in
   the compiling thread, and the two builds can use both cores.
 
-A training step on the CPU is now one graph (``_training_step``), so
+A training step on the CPU is one graph (``_training_step``), so
 there is one library; it is built from two objects, the wrapper and the
 kernels (``cpp_wrapper_build_separate``, ``_cpu_inductor``), and the two
 compiler runs go side by side (:func:`_compile_in_background_worker`), one

@@ -1,8 +1,7 @@
 """What the ``compile`` backend changes in inductor for CPU graphs.
 
-Two things that inductor's generated CPU code does much slower than ATen,
-measured on the NCI GINE model (a compiled training step went from about
-14 ms to 6.7-7.4 ms, the interpret backend's being 8 to 8.5 ms):
+Two things that inductor's generated CPU code does much slower than ATen
+(the measurements are in ``docs/design/compile_backend.rst``):
 
 * **Row scatter-adds.** Message passing sums edge rows into node rows:
   ``scatter_add`` with an index expanded along the feature dims in the
@@ -16,17 +15,14 @@ measured on the NCI GINE model (a compiled training step went from about
   ``index_put`` into the ``scatter_add`` of an expanded column, so both
   run as ATen's kernel while inductor still fuses the element-wise work
   around them; narrow float32 rows, the GNN case, then run as a plain
-  loop about twice as fast as ATen's (``_row_scatter``). (Before, both
-  became a Python custom op around ``index_add``: about 100 us a call
-  more, 19 calls per NCI training step, which took 8.9-9.6 ms instead of
-  7.3-7.6 ms; and ``aten.index_add`` itself, which inductor can only call
-  through its generic dispatcher path, doubled the C++ compile time of
-  the first step.)
+  loop, faster than ATen's (``_row_scatter``). Neither a Python custom op
+  (its call overhead) nor ``aten.index_add`` (which inductor can only call
+  through its generic dispatcher path, a slower C++ build) does as well.
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
-  ``out <= 0`` from the forward pass; storing a bool tensor takes inductor's
-  vectorised CPU code about 20 times as long as storing a float one (1.4 ms
-  for a ``[4423, 64]`` mask). ``threshold_backward`` is therefore not
+  ``out <= 0`` from the forward pass; inductor's vectorised CPU code stores
+  a bool tensor far more slowly than a float one. ``threshold_backward`` is
+  therefore not
   decomposed (:data:`KEPT_ATEN_OPS`) until the graph is split: the forward
   pass saves ``relu``'s float output, and the post-grad pass turns the op
   into ``where(out <= threshold, 0, grad)`` in the backward graph, where
@@ -43,31 +39,22 @@ How the C++ is built (:data:`FIRST_COMPILE_PATCHES`) is chosen for the
 first step, whose compilation a user waits for:
 
 * **One library per graph** (``cpp_wrapper``). By default every kernel is
-  its own shared library, one ``g++`` run each (25 for the NCI GINE
-  training step, about 1 s each on 2 cores even with a precompiled
-  header); with the wrapper in C++ the forward and the backward graph are
-  one library each, 4-6 s (a training step on the CPU is now one graph,
+  its own shared library, one ``g++`` run each; with the wrapper in C++ a
+  graph is one library (a training step on the CPU is one graph,
   ``_training_step``: one library). Steady steps take as long either way.
 * **The wrapper and the kernels as two objects**
   (``cpp_wrapper_build_separate``): the wrapper (allocations and calls,
   built at -O1) and the kernels (at -O3) are compiled by two ``g++`` runs
-  side by side (``_background_builds``), then linked. With the NCI GINE
-  training step as one graph, its one ``g++`` run had both on one core:
-  the first step took 14.5-14.8 s on a slow 2-core machine, 11.1 s with
-  two objects; steady steps took 1.01x as long (0.99-1.04, 20 interleaved
-  rounds).
+  side by side (``_background_builds``), then linked, so that the build
+  uses two cores.
 * **Precompiled headers, built in the background.** Inductor's own
   setting (``cpp_cache_precompile_headers``, on unless
   ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0``) applies where inductor
   can key the headers (:func:`use_precompiled_headers`), but a missing
-  header (150 MB and 5.6-7.3 s to build, once per machine) is built after
-  the compilation that needed it, at the lowest priority, instead of inside
-  it (``_precompiled_headers``): a first run on a machine takes as long as
-  without headers, and later compilations about 2 s less.
-
-Measured on a first run on a machine (nothing cached), 2 cores: 29 s to
-the first result with inductor's defaults, 20-24 s with these; with the
-two builds in the background as well (``_background_builds``), 18-19 s.
+  header (built once per machine) is built after the compilation that
+  needed it, at the lowest priority, rather than inside it
+  (``_precompiled_headers``): a first run on a machine takes as long as
+  without headers, and later compilations are shorter.
 
 All these choices live in this file and ``_row_scatter``, whose hashes are
 the pass's cache key: a change to any of them compiles afresh instead of
@@ -148,8 +135,8 @@ def _expand_threshold_backward(graph: torch.fx.Graph,
 def _call(graph: torch.fx.Graph, op: Any, *args: Any) -> torch.fx.Node:
     """A new node ``op(*args)``, without a fake value: inductor's
     ``FakeTensorUpdater`` runs right after this pass and computes one for
-    every node it has not seen (computing them here too ran each fake op
-    twice, about 0.15 s of a first compilation)."""
+    every node it has not seen (computing them here too would run each
+    fake op twice)."""
     return graph.call_function(op, args)
 
 

@@ -16,9 +16,9 @@ backward saves no boolean mask, two things inductor's generated CPU code
 does slowly (``_cpu_inductor``).
 
 Why not ``torch.compile``: the captured graph is already an ATen graph with
-static shapes, so dynamo would only re-trace its Python code (0.6-1 s of
-the NCI model's first step) and check its guards before every call (about
-0.1 ms). What those guards protect is kept another way:
+static shapes, so dynamo would only re-trace its Python code (adding to
+the first step) and check its guards before every call (adding to every
+step). What those guards protect is kept another way:
 
 * shapes and strides: the executor only feeds micro-batches of the
   compile-time input signature (``InputSignature``), made contiguous

@@ -4,9 +4,9 @@ The ``compile`` backend traces a micro-batch's forward and backward pass
 as one graph (``_training_step``); the executor then adds the gradients to
 ``.grad``, copies them into the optimizer's flat gradient buffer and runs
 torch's fused Adam kernel over the packed group (``optim._packed``). Each
-of those steps starts on caches the graph has just flushed: on the NCI
-GINE model they took about 0.3 ms of a 6.5-9 ms step, for an update whose
-arithmetic is a few tens of microseconds.
+of those steps starts on caches the graph has just flushed, and together
+they take many times the update's own arithmetic
+(``docs/design/compile_backend.rst``).
 
 When one step is exactly one micro-batch and one packed Adam or AdamW
 group (see ``Program._fused_adam``), the traced graph applies the update

@@ -7,9 +7,7 @@ input. When the input is a temporary that nothing reads afterwards, the op
 can write it instead: ``relu(a)`` becomes ``relu_(a)`` and ``add(a, b)``
 becomes ``add_(a, b)`` (or ``add_(b, a)`` when ``b`` is the temporary),
 which spares an allocation and keeps the pass in memory that is already
-in cache. On the NCI GINE training step (2 cores, 27 ops rewritten) the
-interpret step took 0.93 and 0.97 of its time in two runs (medians of 40
-paired rounds of 20 steps; the machine was slower in the first). ``compile``
+in cache (``docs/design/interpret.rst`` has the measurement). ``compile``
 does not need this: inductor plans its own buffers.
 
 Invariants a rewritten op keeps, for values and for autograd:

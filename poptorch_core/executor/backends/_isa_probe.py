@@ -2,10 +2,10 @@
 
 Before it generates the first CPU kernel, inductor checks which vector ISAs
 (AVX-512 VNNI, AVX-512, AVX2 on x86) the C++ compiler can build and load:
-one ``g++`` run and one Python subprocess per ISA the CPU reports, about
-3 s each on 2 cores with an empty cache (about 0.5 s each with a warm one),
-on the critical path of the first step. Inductor then uses the first ISA of
-that list. Two changes take most of it off the critical path:
+one ``g++`` run and one Python subprocess per ISA the CPU reports, on the
+critical path of the first step. Inductor then uses the first ISA of that
+list. These changes take most of it off the critical path
+(``docs/design/compile_backend.rst`` has their effect):
 
 * **Early.** Nothing in the check depends on the model, so the ``compile``
   backend starts it in a background thread when a CPU model is wrapped
@@ -25,15 +25,7 @@ that list. Two changes take most of it off the critical path:
   their optional extras: inductor takes the first, which was checked.
   When it fails, or when the user chose the ISA (``ATEN_CPU_CAPABILITY``,
   ``cpp.simdlen``, ``cpp.vec_isa_ok``), or the platform is not x86-64
-  Linux, inductor's full check runs as before.
-
-Measured on 2 cores, NCI GINE training step, nothing cached: a first run's
-check went from 6-9 s on the critical path to about 3.8 s of waiting when
-the wait came before ``compile_fx``, and to about 1.2 s with the wait at
-the first kernel (first step 17.6 s before, 13.0 s after, in one pair of
-runs); a warm start's from about 1.5 s to none. Filling the list without
-the lower ISAs' optional checks took another 0.85 s (three builds) off a
-first run (first step 9.2-9.4 s before, 8.4-8.8 s after).
+  Linux, inductor's full check runs unchanged.
 
 Invariants:
 
@@ -121,11 +113,9 @@ def _import_path_mutators() -> None:
     it, the finder after the removed one (the path finder) is skipped, and
     a module that exists is not found. That happened to a first step's
     tracing (``No module named 'torch.utils._runtime_estimation'``); a
-    thread that inserted and removed the finder in a loop made 3 of 3,000
-    imports on the main thread fail (switch interval 1 us). Imported here
-    (about 0.05 s once setuptools is in the OS's file cache), setuptools
-    does that on the thread that wraps the model, before the probe thread
-    exists."""
+    thread that inserted and removed the finder in a loop made imports on
+    the main thread fail. Imported here, setuptools does that on the thread
+    that wraps the model, before the probe thread exists."""
     try:
         import torch.utils.cpp_extension  # noqa: F401 pylint: disable=W0611
     except ImportError:  # inductor's check reports it where it needs it
@@ -204,7 +194,7 @@ def _settle_inductor_list() -> None:
     # Every ISA counts as passing while the list is made (cached for the
     # process): the first, the one inductor uses, passed above. The lower
     # ones' optional extras (AVX-512 BF16, VNNI) would still be built for,
-    # about 0.3 s each on the compiling thread; they count as missing.
+    # one compiler run each on the compiling thread; they count as missing.
     with config.patch({"cpp.vec_isa_ok": True}), _optional_checks_fail():
         isas = inductor_list()
     if not isas or isas[0] is not _checked_isa:

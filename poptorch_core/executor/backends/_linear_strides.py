@@ -5,8 +5,8 @@ To vectorise a CPU loop, inductor's C++ code generation asks for the stride
 of every index along the vectorised loop variable
 (``codegen.cpp.stride_at_vec_range``). That first rewrites the index for
 the vector's range (``sizevars.simplify_index_in_vec_range``), which ends in
-``sympy.simplify(index)`` (5-10 ms a call, 200 ms for the first one of a
-process), then takes the difference of the index at ``var + 1`` and at
+``sympy.simplify(index)`` (slow, and called for every index), then takes
+the difference of the index at ``var + 1`` and at
 ``var``. For a *linear* index, a sum of integer multiples of symbols plus
 an integer (``64*x0 + x1 + 9664``, ``64*tmp5 + d1``: every index of a
 static-shape graph without ``//`` or ``%`` in it), the rewrite changes
@@ -15,12 +15,10 @@ integer coefficient of ``var``: :func:`stride_at_vec_range` goes straight
 to that difference (``sizevars.stride_at``, which inductor runs next
 anyway), and leaves every other index to inductor's own function.
 
-On the NCI GINE training step every one of the 117 indices asked about is
-linear: they took 0.5-0.7 s of the first compilation, and a new model's
-first step took 7.0-7.8 s instead of 7.5-9.2 s (2 cores, four interleaved
-pairs of fresh processes); the generated C++ files were byte for byte the
-same. The ``compile`` backend swaps this function in while it compiles
-(``_background_builds``).
+A GNN training step's indices are all linear, so its first compilation
+skips every ``simplify`` call, and the generated C++ is byte for byte the
+same (``docs/design/compile_backend.rst``). The ``compile`` backend swaps
+this function in while it compiles (``_background_builds``).
 
 Example::
 

@@ -2,10 +2,10 @@
 
 The captured graph keeps its ``poptorch::*`` ops: the Ir, the loss detection
 and the IPU rule checks read them. On the host each of them is a Python
-custom op, whose dispatch and autograd wrapper cost about 0.1 ms per call
-and per backward. The graph the executor runs is a copy in which the ops
-whose meaning ATen already has are replaced by those ATen ops, with the same
-values and the same gradients:
+custom op, whose dispatch and autograd wrapper cost far more than the op
+itself, per call and per backward. The graph the executor runs is a copy
+in which the ops whose meaning ATen already has are replaced by those ATen
+ops, with the same values and the same gradients:
 
 * ``identity_loss(x, 0|1|2)`` -> ``aten.sum(x)`` / ``aten.mean(x)`` /
   ``aten.clone(x)``;

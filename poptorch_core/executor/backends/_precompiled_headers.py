@@ -6,12 +6,10 @@ kernels, ``cpp_wrapper/cpu.h`` for the wrapper). Inductor can precompile
 them, once per machine, compiler and set of flags, into its machine-wide
 directory (``<tmp>/torchinductor_<user>/precompiled_headers``, outside the
 compilation cache, keyed by the preprocessed headers' hash, the command
-line and the compiler version). With them the NCI GINE training step's two
-objects build in about 2 s instead of 4-4.5 s, and a new model's first step
-(empty compilation cache) took 9.5-9.7 s instead of 10.6-12.9 s (2 cores,
-four interleaved pairs of fresh processes). But inductor builds a missing
-header inside the compilation that needs it, one after the other: 5.6 and
-7.3 s, so a first run on a machine took 21-23 s instead of 11-13 s.
+line and the compiler version). With them the builds take about half as
+long. But inductor builds a missing header inside the compilation that
+needs it, one after the other, so a first run on a machine would take far
+longer than without headers (``docs/design/compile_backend.rst``).
 
 While the backend compiles (``_background_builds``), a compilation never
 waits for a header: :func:`build_later` starts a background compiler
@@ -22,18 +20,16 @@ that no compilation ever sees half a header; one process per header at a
 time (a ``.building`` marker, taken over when older than
 :data:`STALE_AFTER_S`). The compilation that started it includes the
 header as text (inductor passes ``-include`` of a file that includes it
-either way), and so does every compilation until the header is there: on
-the NCI GINE step, a first run on a machine took 9.5-10.5 s (2 cores, three
-fresh processes), as without headers.
+either way), and so does every compilation until the header is there: a
+first run on a machine takes as long as without headers.
 
-Inductor also looks a header up (preprocessing it to hash it: 0.4-0.45 s
-for the two) before it checks whether the library is built already; on a
+Inductor also looks a header up (preprocessing it to hash it) before it
+checks whether the library is built already; on a
 warm start, where nothing is built, :func:`header_unless_built` skips that.
 Where the library is to be built, it looks the kernels' header up in a
 thread while inductor looks the wrapper's up: both are compiler and
 ``openssl`` processes, which leave the GIL and the second core free, so
-the two lookups take the time of the longer one instead of their sum
-(0.18-0.21 s instead of 0.37-0.41 s in three first runs on a machine).
+the two lookups take the time of the longer one, not their sum.
 
 ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`` turns precompiled headers
 off, as for inductor itself.
@@ -65,8 +61,7 @@ STALE_AFTER_S = 3600.0
 # (as a non-interactive shell's background job does) and hang-up. It stays
 # in the session of that process: with the scheduler's autogroups (one per
 # session), a new session would share the cores equally with the
-# compilation, whatever its priority (a first step took 16.5 s instead of
-# 11-13 s).
+# compilation, whatever its priority.
 _JOB = ('tmp=$1 target=$2 marker=$3; shift 3; '
         '( trap "" HUP; '
         'if command -v nice >/dev/null 2>&1; then nice -n 19 "$@"; '
@@ -117,8 +112,8 @@ def header_unless_built(lookup: Callable[..., str]) -> Callable[..., Any]:
     """Inductor's ``_precompile_header`` (``lookup``), except that it
     returns None (no header) when the library that its caller,
     ``CppCodeCache.load_async``, would build is on disk already: then
-    nothing is compiled, and looking the header up only cost time (0.44
-    s of a 2.5 s warm first step). The caller's ``main_path`` (its
+    nothing is compiled, and looking the header up would only cost time
+    (a large share of a warm first step). The caller's ``main_path`` (its
     generated source) names the library; where it has none (another torch
     version), every header is looked up, as inductor does. Otherwise the
     wrapper's lookup starts the kernels' in a thread (see the module

@@ -7,15 +7,9 @@ expanded along the columns. Inductor calls ATen's kernel for these
 (``_cpu_inductor``), which sorts the index and then sums each output row's
 segment, through its C shim. For the small tables and batches of a GNN
 training step, one pass over the index in order, adding each source row to
-its output row, is about twice as fast. Compiled graphs of one scatter
-each, zeroed output included, on 2 cores at the benchmark's NCI batch
-shape: 44-64 against 84-97 us for 3,910 edge rows into 1,919 node rows,
-18 against 33 us for the node rows into 128 graphs, and 136-151 against
-303-346 us for the nine atom-embedding gradients. The sums are the same,
-bit for bit: ATen's sort is stable, so each output row adds its source rows
-in index order, as the loop does. A ``compile`` training epoch of the
-benchmark (18 such scatters a step) took 0.94 of the time (median of 16
-paired epochs, the same weights after an epoch).
+its output row, is faster (``docs/design/compile_backend.rst`` has the
+figures). The sums are the same, bit for bit: ATen's sort is stable, so
+each output row adds its source rows in index order, as the loop does.
 
 While :func:`fast_row_scatters` is active in a thread, inductor's C++
 wrapper (``cpp_wrapper``) writes such a scatter as a call of
@@ -29,11 +23,10 @@ along dim 1), all of static shape. Every other scatter stays ATen's. An
 index out of range raises ATen's message (``index 7 is out of bounds for
 dimension 0 with size 5``) before any row is added.
 
-The loop runs on one thread: split between two threads by columns it took
-longer at the NCI shape (67 against 56 us), the work being too small for
-the fork, so rows wider than :data:`MAX_WIDTH` stay ATen's. With one
-thread inductor calls no ATen scatter (it writes its own serial loop, about
-as fast), and nothing changes.
+The loop runs on one thread: at a GNN's sizes the work is too small to
+split between threads, so rows wider than :data:`MAX_WIDTH` stay ATen's,
+whose kernel does. With one thread inductor calls no ATen scatter (it
+writes its own serial loop), and nothing changes.
 
 Example::
 
@@ -63,14 +56,15 @@ __all__: List[str] = []
 KERNEL_NAME = "poptorch_row_scatter_add"
 
 #: The widest rows the loop takes. Wider ones stay ATen's, which splits
-#: the work between threads: at 1,433 columns (Cora's features, 10,556
-#: edge rows) the loop on one thread took 1.1-1.4 times as long.
+#: the work between threads and wins on wide rows (Cora's 1,433 feature
+#: columns).
 MAX_WIDTH = 128
 
 #: The loop, compiled into the graph's kernel object. It checks the whole
 #: index before adding a row, so an out-of-range index leaves the output
 #: as it was. Vectorised by hand: inductor builds its kernels with
-#: ``-fno-tree-loop-vectorize`` (a plain loop took twice ATen's time).
+#: ``-fno-tree-loop-vectorize``, which leaves a plain loop slower than
+#: ATen's kernel.
 KERNEL_SOURCE = f"""
 #include <torch/csrc/inductor/cpp_prefix.h>
 extern "C" bool {KERNEL_NAME}(

@@ -5,8 +5,8 @@ splits it into a forward and a backward graph, compiles each and runs them
 as an ``autograd.Function``: every training step then pays for AOTAutograd's
 runtime wrappers, the autograd engine, one ``AccumulateGrad`` node per
 parameter and the activations the forward graph saves for the backward
-one. On the NCI GINE training step that was about 0.9 ms of 7 ms outside
-the two compiled graphs.
+one: a sizeable share of a GNN step, outside the two compiled graphs
+(``docs/design/compile_backend.rst``).
 
 The ``compile`` backend traces the whole micro-batch step instead, with
 ``make_fx``: the captured graph, its final loss summed to a scalar (the
@@ -17,9 +17,8 @@ captured graph's outputs, detached, followed by one gradient per parameter
 the loss depends on. It has no input that requires gradients, so inductor
 compiles it as one inference graph (one C++ library), free to fuse forward
 and backward kernels, and the executor adds its gradients to ``.grad``
-itself, as ``AccumulateGrad`` would. On the NCI GINE model a training step
-took 0.81-0.89 of the time the split graphs took (interleaved rounds),
-with bit-identical gradients. When the step is one micro-batch and the
+itself, as ``AccumulateGrad`` would, with bit-identical gradients. When
+the step is one micro-batch and the
 optimizer one packed Adam group, ``_fused_adam`` goes one step further and
 traces the update into the graph too.
 
