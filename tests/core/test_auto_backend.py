@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import poptorch
-from poptorch_core.executor import _scale_out_hook, _tiered
+from poptorch_core.executor import (_background_compile, _scale_out_hook,
+                                    _tiered)
 from poptorch_core.executor.backends._executable import Executable
 from ._eager import assert_outputs_match, train_call
 from ._models import MLP
@@ -243,6 +244,16 @@ def test_saved_auto_model_loads_as_auto_and_continues(tmp_path):
     assert restored.compilations() == 1
     for p, q in zip(restored.model.parameters(), eager.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_waiting_for_every_build():
+    """``wait_for_builds`` (benchmarks wait so that no build shares the
+    cores with what they time) returns once the build is done."""
+    auto = poptorch.inferenceModel(torch.nn.Linear(4, 3))
+    for _ in range(2):
+        auto(torch.randn(8, 4))
+    assert _background_compile.wait_for_builds(_BUILD_TIMEOUT)
+    assert _tiers(auto)._build.done()
 
 
 def test_a_model_called_once_builds_nothing():
