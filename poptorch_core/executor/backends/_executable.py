@@ -13,7 +13,10 @@ other graphs that need gradients are split into a
 forward and a backward graph by AOTAutograd. On the CPU, row scatter-adds
 (message-passing sums, gather gradients) stay ATen ops and ``relu``'s
 backward saves no boolean mask, two things inductor's generated CPU code
-does slowly (``_cpu_inductor``).
+does slowly (``_cpu_inductor``). On every device, a ``cat`` input that
+inductor updates in place (a scatter's result) is copied into the cat, not
+made a view of it: inductor let a later buffer take the cat's memory while
+that input was still read (``_cat_copies``).
 
 Why not ``torch.compile``: the captured graph is already an ATen graph with
 static shapes, so dynamo would only re-trace its Python code (adding to
@@ -114,6 +117,8 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     global _compilations
     _compilations += 1
     from torch._inductor.compile_fx import compile_fx
+
+    from ._cat_copies import copied_cat_inputs
     options: Dict[str, Any] = {}
     builds: contextlib.AbstractContextManager = contextlib.nullcontext()
     scatters: contextlib.AbstractContextManager = contextlib.nullcontext()
@@ -131,7 +136,7 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
     with tracing(TracingContext(fake_mode)), \
-            _without_placeholder_values(gm), scatters, \
+            _without_placeholder_values(gm), scatters, copied_cat_inputs(), \
             builds as libraries:
         compiled = compile_fx(gm, fakes, **options)
     generated()
