@@ -52,9 +52,12 @@ def add_common_arguments(parser: Any) -> None:
     """Adds the flags every example has to ``parser`` (or an argument
     group): backend, host device, data root, seed, quick mode, CPU
     reference, JSON record and progress bars."""
-    parser.add_argument("--backend", choices=("interpret", "compile"),
+    parser.add_argument("--backend", choices=("interpret", "compile",
+                                              "auto"),
                         default="interpret",
-                        help="how the simulator runs the traced graph")
+                        help="how the simulator runs the traced graph "
+                             "(these runs are short: a background build "
+                             "for auto would hardly be used)")
     parser.add_argument("--host-device", choices=("cpu", "cuda"),
                         default="cpu",
                         help="where the simulator executes the graph")

@@ -23,8 +23,11 @@ training use the embedded NCI TPSA molecules and the NCI model
   the same loop with the model under ``torch.compile(dynamic=True)`` and
   under ``torch.compile()`` (automatic dynamic shapes: the peers a PyG user
   tries for speed), and by ``poptorch.trainingModel`` with fixed-size
-  loaders, per backend (``interpret``, ``compile``; the NCI model with
-  ``DataLoaderMode.Sync`` and ``Async``). The setups take turns epoch by
+  loaders, per backend (``interpret``, ``compile``, ``auto``; the NCI model
+  with ``DataLoaderMode.Sync`` and ``Async``). The ``auto`` setups build
+  their compiled step during their warm-up epoch, which the measured rounds
+  wait for: they measure its steady state, and the switch is one of their
+  first measured epoch's compilations. The setups take turns epoch by
   epoch (``_bench_training.py``); each gets its rate, its paired ratios
   over the PyG eager loop and over the best PyG-compiled setup, its first
   epoch's time and its compilations (and graph breaks, for the peers).
@@ -42,7 +45,8 @@ training use the embedded NCI TPSA molecules and the NCI model
   result per backend, on a new machine (nothing cached), for a new model
   (an empty inductor cache, the machine's precompiled headers) and with a
   warm inductor cache (``bench_first_step.py``: medians of
-  ``--first-step-samples`` triples of fresh processes, every sample kept);
+  ``--first-step-samples`` triples of fresh processes, every sample kept),
+  and ``auto``'s over ``interpret``'s;
 * the simulated IPU's estimate for the trained model (``simulationReport``):
   memory of the fullest IPU and roofline graphs/s on a Mk2 IPU;
 * sampling loaders (``bench_sampling.py``): seed nodes/s of the neighbour
@@ -74,6 +78,7 @@ from torch_geometric.loader.dataloader import Collater
 
 import poptorch
 import poptorch_geometric as pyg_ipu
+from poptorch_core.executor._background_compile import wait_for_builds
 from poptorch_core.executor.backends._precompiled_headers import \
     wait_for_header_builds
 
@@ -92,7 +97,7 @@ from _example_common import int_at_least, positive_int  # noqa: E402
 
 #: The simulator backends the benchmark can run: each one named in
 #: ``--backends`` adds its rows to every model.
-BACKENDS = ("interpret", "compile")
+BACKENDS = ("interpret", "compile", "auto")
 #: Keys of every JSON record; ``NCI_KEYS`` too when ``nci_gine`` runs.
 RECORD_KEYS = ("config", "training", "ratios")
 NCI_KEYS = ("collation", "packing", "packing_long_tailed", "overhead",
@@ -118,13 +123,21 @@ def training(args: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
             progress=lambda stage, name=name: progress(f"{name}: {stage}"),
             # On a machine that has never compiled, the first compilation
             # starts building inductor's precompiled headers in the
-            # background.
-            after_warm_up=_wait_for_headers)
+            # background; and the auto setups' builds, started by their
+            # warm-up epochs, must not share the cores with the measured
+            # rounds (they switch at their first measured call).
+            after_warm_up=_wait_for_builds)
         sections[name] = {"title": bench.title, "unit": bench.unit,
                           "config": bench.config, "rounds": args.epochs,
                           "best_pyg_compiled": best_pyg_compiled(results),
                           "setups": results}
     return sections
+
+
+def _wait_for_builds() -> None:
+    _wait_for_headers()
+    if not wait_for_builds(600):
+        progress("auto's compiled step still building after 10 minutes")
 
 
 def _wait_for_headers() -> None:
@@ -229,6 +242,12 @@ def _ratios(record: Dict[str, Any]) -> Dict[str, float]:
                         a / s for a, s in zip(
                             asynchronous["over_pyg_eager_per_round"],
                             sync["over_pyg_eager_per_round"]))
+    first = record.get("first_step", {})
+    if "auto" in first and "interpret" in first:
+        # The goal of auto: the first step costs what interpret's costs.
+        for key in ("cold", "new_model", "warm"):
+            ratios[f"training_auto_first_step_over_interpret_{key}"] = \
+                first["auto"][f"{key}_s"] / first["interpret"][f"{key}_s"]
     if "overhead" in record:
         ratios["executor_overhead_interpret_over_eager"] = \
             record["overhead"]["interpret_over_eager"]

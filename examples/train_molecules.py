@@ -96,9 +96,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         default=1, help="micro-batches per optimizer step")
     parser.add_argument("--replication", type=positive_int, default=1,
                         help="model replicas (simulated IPUs)")
-    parser.add_argument("--backend", choices=("interpret", "compile"),
+    parser.add_argument("--backend", choices=("auto", "interpret",
+                                              "compile"),
                         default=None,
-                        help="default: $POPTORCH_SIM_BACKEND, or interpret")
+                        help="default: $POPTORCH_SIM_BACKEND, or auto "
+                             "(interpret while the compiled step builds "
+                             "in the background, then compiled)")
     parser.add_argument("--host-device", choices=("cpu", "cuda"),
                         default="cpu", help="where the simulated IPU runs")
     parser.add_argument("--lr", type=_positive_float, default=3e-3,
@@ -138,7 +141,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def _options(args: argparse.Namespace, training: bool) -> poptorch.Options:
     opts = poptorch.Options().randomSeed(args.seed)
-    opts.Simulator.backend(args.backend).hostDevice(args.host_device)
+    # The validation set is scored once, in a few calls: an auto build of
+    # the inference model would never be used, and the script would wait
+    # for it at its end.
+    backend = "interpret" if args.backend == "auto" and not training \
+        else args.backend
+    opts.Simulator.backend(backend).hostDevice(args.host_device)
     if training:
         opts.deviceIterations(args.device_iterations)
         opts.replicationFactor(args.replication)
@@ -344,13 +352,22 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _backend_line(summary: Dict[str, Any]) -> str:
+    compilations = summary["compilations"]
     if summary["backend"] == "interpret":
         return ("interpret (runs the traced graph as it is: nothing to "
                 "compile; --backend compile or POPTORCH_SIM_BACKEND=compile "
                 "compiles it with inductor)")
+    if summary["backend"] == "auto":
+        if not compilations["train"]:
+            return ("auto (interpret all along: the run ended before the "
+                    "compiled step was built in the background)")
+        return ("auto (interpret for the first steps, compiled once built "
+                "in the background; inductor compilations: train "
+                f"{compilations['train']}; the few validation calls run "
+                "interpret)")
     return (f"compile (inductor compilations: train "
-            f"{summary['compilations']['train']}, inference "
-            f"{summary['compilations']['inference']}; 1 each means no "
+            f"{compilations['train']}, inference "
+            f"{compilations['inference']}; 1 each means no "
             "recompilation)")
 
 
@@ -371,8 +388,9 @@ def print_summary(summary: Dict[str, Any]) -> None:
         f" {summary['val_mae_predicting_mean']:.2f}; "
         + (f"{gain:.0%} lower)" if gain > 0 else "no better yet)"),
         f"throughput         {summary['train_graphs_per_second']:.0f} "
-        "training graphs/s (after the first step, which compiles: "
-        f"{summary['first_step_seconds']:.1f} s)",
+        "training graphs/s (after the first step, which traces"
+        + (" and compiles" if summary["backend"] == "compile" else "")
+        + f": {summary['first_step_seconds']:.1f} s)",
         f"batch budgets      {budgets['num_graphs']} graphs, "
         f"{budgets['num_nodes']} nodes, {budgets['num_edges']} edges",
         f"slot efficiency    nodes {summary['node_slot_efficiency']:.1%}, "

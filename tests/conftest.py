@@ -18,6 +18,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # leave out where no CPU is free for it (poptorch_core.data._placement); the
 # placement tests set the variable themselves.
 os.environ.setdefault("POPTORCH_ASYNC_PLACEMENT", "worker")
+# The suite runs the interpret backend unless a test picks one: with the
+# default, auto, every model called twice would compile in a background
+# thread (seconds of CPU each), and many tests compare interpret's exact
+# results. tests/core/test_auto_backend.py tests auto itself.
+os.environ.setdefault("POPTORCH_SIM_BACKEND", "interpret")
 SHARED_DATA = pathlib.Path(
     os.environ.get("POPTORCH_SIM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 

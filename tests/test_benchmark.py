@@ -511,3 +511,22 @@ def test_docstring_examples_of_the_benchmark_modules(name):
     result = doctest.testmod(_load_bench_module(name),
                              optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_auto_first_step_is_compared_with_interpret():
+    """``auto``'s goal is ``interpret``'s first step: the record gives the
+    ratio in each setting."""
+    benchmark = _load_benchmark()
+    step = {"interpret": {"cold_s": 0.5, "new_model_s": 0.4, "warm_s": 0.4},
+            "auto": {"cold_s": 0.55, "new_model_s": 0.4, "warm_s": 0.6}}
+    ratios = benchmark._ratios({"training": {}, "first_step": step,
+                                "config": {"backends": ["interpret",
+                                                        "auto"]}})
+    assert ratios["training_auto_first_step_over_interpret_cold"] == \
+        pytest.approx(1.1)
+    assert ratios["training_auto_first_step_over_interpret_new_model"] == 1
+    assert ratios["training_auto_first_step_over_interpret_warm"] == \
+        pytest.approx(1.5)
+    assert benchmark.ratio_label(
+        "training_auto_first_step_over_interpret_warm") == \
+        "Training, auto first step / interpret warm"

@@ -95,7 +95,7 @@ OPTIONS = [
     (lambda: poptorch.Options().anchorTensor(1, "x"), AssertionError,
      "short_name must be of type str"),
     (lambda: poptorch.Options().Simulator.backend("jit"), ValueError,
-     "valid values are 'interpret', 'compile'"),
+     "valid values are 'interpret', 'compile', 'auto'"),
     (lambda: poptorch.Options().Simulator.hostDevice("tpu"), ValueError,
      "valid values are 'cpu', 'cuda'"),
     (lambda: poptorch.Options().Simulator.ipuVersion(3), ValueError,

@@ -294,7 +294,7 @@ def test_train_molecules_flags(monkeypatch, capsys):
     for default in ("128", "1", "cpu", "0.003", "64", "3", "0.1", "0"):
         assert f"(default: {default})" in text
     assert "default: 40, or 5 with --quick" in text
-    assert "default: $POPTORCH_SIM_BACKEND, or interpret" in text
+    assert "default: $POPTORCH_SIM_BACKEND, or auto" in text
 
 
 def _refused(parse, argv, capsys) -> str:

@@ -43,26 +43,35 @@ class AdamInGraph:
     key: Optional[FusedAdamKey] = None
 
 
-def _single_micro_batch(program: Any) -> bool:
+def _single_micro_batch(program: Any, executable: Any) -> bool:
     layout = program.layout
     return layout.gradient_accumulation == 1 and layout.replicas == 1 and \
         not program.keep_gradients and not program.state.grouped and \
         type(program.gradient_reducer) is GradientReducer and \
-        program.executable.trains_in_one_graph(program.state.device)
+        executable.trains_in_one_graph(program.state.device)
 
 
-def adam_in_graph(program: Any
+def adam_in_graph(program: Any, executable: Any = None,
+                  plan: Optional[AdamInGraph] = None
                   ) -> Optional[Tuple[Any, Dict[str, Any], AdamInGraph]]:
     """``(packed group, hyper-parameters, plan)`` when ``program``'s next
     training step may apply its Adam update in the compiled graph (see the
-    module docstring), else None."""
-    if not _single_micro_batch(program):
+    module docstring), else None.
+
+    By default it asks ``program``'s own executable and keeps the plan in
+    ``program.adam_plan``. Given another ``executable`` (the ``auto``
+    backend's compiled one, before the switch) and a fresh ``plan``, it
+    answers for the step that executable would run once the optimizer's
+    update is fused, without changing the program: ``plan.state`` then
+    holds the current buffers, laid out as the fused ones will be."""
+    if not _single_micro_batch(program, executable or program.executable):
         return None
-    found = program.device_optimizer.fusable_adam()
+    found = program.device_optimizer.fusable_adam(
+        assume_fused=executable is not None)
     if found is None:
         return None
     packed, hp = found
-    plan = program.adam_plan
+    plan = program.adam_plan if plan is None else plan
     if plan.packed is not packed:
         index = {id(p): i for i, p in enumerate(program.state.params)}
         if any(id(p) not in index for p in packed.params):

@@ -28,6 +28,7 @@ from ._ipu_count import _ipus_to_reserve
 from ._program import Program
 from ._simulation import after_compile
 from ._state import ExecutorState
+from ._tiered import TieredBackend
 from .backends import Executable
 from .backends._host_memory import keep_host_memory
 from .backends._lowering import lower_for_host
@@ -171,9 +172,11 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
                              layout.gradient_accumulation, layout.replicas)
     seed = opts.random_seed if opts.exists("random_seed") else None
     host_graph = lower_for_host(graph)
+    backend = opts.Simulator.execution_backend
     program = Program(
         captured=captured,
-        executable=Executable(host_graph, opts.Simulator.execution_backend),
+        executable=Executable(host_graph, "interpret" if backend == "auto"
+                              else backend),
         state=device_state, rng=DeviceRng(device, seed), layout=layout,
         signature=InputSignature.of(bound),
         output_mode=OutputMode(opts.output_mode),
@@ -189,10 +192,13 @@ def build_program(state: ExecutorState, bound: BoundArgs) -> Program:
                      getattr(node.target, "tags", ())
                      for node in graph.graph.nodes),
         estimate=estimate)
+    if backend == "auto":
+        program.tiers = TieredBackend(
+            opts.Simulator.host_device,
+            enabled=opts.Distributed.numProcesses == 1)
     if state.training:
         program.device_optimizer = state.optimizer_link.build(
             device_state.host_params, device_state.params, param_names)
-        program.device_optimizer.fused_update = \
-            opts.Simulator.execution_backend == "compile"
+        program.device_optimizer.fused_update = backend == "compile"
     _scale_out_hook.attach(state, program)
     return program

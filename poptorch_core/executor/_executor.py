@@ -450,6 +450,8 @@ class PoplarExecutor:
         state = self._state
         if state.compiled:
             state.sync_to_host()
+            if state.program.tiers is not None:
+                state.program.tiers.cancel()
             state.program = None
             state.attached = False
             state.ir = Ir()
@@ -513,7 +515,9 @@ class PoplarExecutor:
     def compilationTime(self) -> datetime.timedelta:
         """How long the compilation took: tracing, and with the
         ``compile`` backend, inductor's compilation too (in ``compile()``
-        or the first call; ``_compile_progress``)."""
+        or the first call; ``_compile_progress``). The ``auto`` backend's
+        compilation runs in the background, which no call waits for: it
+        is not counted."""
         state = self._state
         if not state.compiled:
             raise createPoptorchError(
@@ -547,7 +551,8 @@ class PoplarExecutor:
 
     def compilations(self) -> int:
         """How many times the ``compile`` backend compiled this model's
-        graph (0 for the ``interpret`` backend)."""
+        graph (0 for the ``interpret`` backend, and for ``auto`` until it
+        runs its compiled step)."""
         program = self._state.program
         return program.executable.compilations if program else 0
 

@@ -28,7 +28,7 @@ from ..errors import createPoptorchError
 from ..tracing.capture import CapturedModel
 from ._adam_in_graph import AdamInGraph, adam_in_graph
 from ._args import BoundArgs, InputSignature
-from .backends._executable import Executable
+from .backends._executable import Executable, Form
 from .backends._fused_adam import adam_coefficients
 from ._batching import BatchLayout, OutputCollector
 from ._device_state import DeviceRng, DeviceState
@@ -104,6 +104,10 @@ class Program:
     #: What a step that applies its Adam update in the compiled graph
     #: needs (``_adam_in_graph``).
     adam_plan: AdamInGraph = dataclasses.field(default_factory=AdamInGraph)
+    #: The ``auto`` backend: runs ``interpret`` until the ``compile``
+    #: backend's step, built in the background, takes over
+    #: (``_tiered.TieredBackend``); None for the other backends.
+    tiers: Any = None
     #: The buffers a training step writes, as they were before it (put
     #: back when the step is dropped).
     _buffers_before: BufferCheckpoint = dataclasses.field(init=False,
@@ -135,6 +139,8 @@ class Program:
             ) -> Any:
         """One call; a training call counts its optimizer steps in
         ``steps`` (for the exception that stops it, ``_interrupts``)."""
+        if self.tiers is not None:
+            self.tiers.before_call(self, bound)
         masks: Optional[List[torch.Tensor]] = [] if self.training else None
         host_inputs = flattenTensors(bound.as_structure(),
                                      padding_masks=masks)
@@ -160,25 +166,34 @@ class Program:
     def prepare(self, bound: BoundArgs) -> None:
         """Compiles, without running anything, what the first run of
         ``bound`` would compile: the ``compile`` backend's form of the
-        step (``model.compile()``, as PopTorch compiles everything there)."""
-        if self.executable.backend != "compile":
-            return
+        step (``model.compile()``, as PopTorch compiles everything there;
+        the ``auto`` backend starts its background build instead)."""
+        if self.tiers is not None:
+            self.tiers.start(self, bound)
+        elif self.executable.backend == "compile":
+            self.executable.prepare_form(
+                self.step_form(bound, self.executable))
+
+    def step_form(self, bound: BoundArgs, executable: Executable) -> Form:
+        """What ``executable``, a ``compile`` one, compiles for a step of
+        ``bound``'s first micro-batch. For another executable than the
+        program's own (``auto`` before its switch), the step as it will
+        run after the switch, the optimizer's update fused."""
         inputs = self.device_inputs(flattenTensors(bound.as_structure()))
         splits = [self.layout.split(t) for t in inputs]
         tensors = self._step_tensors(splits, 0, 0, 0)
         if not self.training:
-            with torch.no_grad():
-                self.executable.prepare(tensors)
-            return
-        with torch.enable_grad():
-            scale = float(self.device_optimizer.loss_scaling)
-            if self._adam_in_graph_step(splits, 0, scale) is not None:
-                return
-            if self._trains_in_one_graph():
-                self.executable.prepare_training(tensors,
-                                                 self.captured.loss_index)
-            else:
-                self.executable.prepare(tensors)
+            return Form("graph", tensors, grad=False)
+        loss_index = self.captured.loss_index
+        ahead = executable is not self.executable
+        found = adam_in_graph(self, executable if ahead else None,
+                              AdamInGraph() if ahead else None)
+        if found is not None:
+            plan = found[2]
+            return Form("adam", self._adam_tensors(splits, 0), True,
+                        loss_index, plan.key, plan.state)
+        return Form("training" if self._trains_in_one_graph(executable)
+                    else "graph", tensors, True, loss_index)
 
     def _step_tensors(self, splits, iteration, step, replica
                       ) -> List[torch.Tensor]:
@@ -188,11 +203,19 @@ class Program:
                 self.state.buffers(replica) +
                 self._micro_inputs(splits, iteration, step, replica))
 
-    def _trains_in_one_graph(self) -> bool:
+    def _trains_in_one_graph(self, executable: Optional[Executable] = None
+                             ) -> bool:
         # Replica-grouped weights run as views of one tensor per group,
         # whose gradients only autograd routes to it.
-        return not self.state.grouped and \
-            self.executable.trains_in_one_graph(self.state.device)
+        return not self.state.grouped and (
+            executable or self.executable).trains_in_one_graph(
+                self.state.device)
+
+    def _adam_tensors(self, splits, iteration: int) -> List[torch.Tensor]:
+        """The placeholders of a step whose graph applies the Adam update
+        (one replica, weights not grouped)."""
+        return (self.state.params + self.state.buffers(0) +
+                self._micro_inputs(splits, iteration, 0, 0))
 
     def _micro_inputs(self, splits, iteration, step, replica):
         index = self.layout.micro_index(iteration, step, replica)
@@ -262,8 +285,7 @@ class Program:
         if found is None:
             return None
         packed, hp, plan = found
-        tensors = (self.state.params + self.state.buffers(0) +
-                   self._micro_inputs(splits, iteration, 0, 0))
+        tensors = self._adam_tensors(splits, iteration)
         run = self.executable.training_with_adam(
             tensors, self.captured.loss_index, plan.key, plan.state)
         if run is None:

@@ -93,15 +93,27 @@ class DeviceOptimizer:
         #: One PackedGroup per group while the fast path is valid (see
         #: ``_packed``'s invariant); None when it must be rebuilt.
         self._packed: Optional[List[Optional[PackedGroup]]] = None
-        #: Packed Adam and AdamW steps run as torch's fused kernel (the
-        #: ``compile`` backend: equal to the rule within float rounding).
-        self.fused_update = False
+        self._fused_update = False
         self.update_from_host(host_optimizer)
 
     @property
     def optimizer_type(self) -> _OptimizerType:
         """The device optimizer running (e.g. ``_OptimizerType.SGD2``)."""
         return self._resolved.kind
+
+    @property
+    def fused_update(self) -> bool:
+        """Whether packed Adam and AdamW steps run as torch's fused kernel
+        (the ``compile`` backend: equal to the rule within float rounding).
+        Changing it repacks the groups at the next step, from the current
+        values (``auto`` switching to ``compile`` between two steps)."""
+        return self._fused_update
+
+    @fused_update.setter
+    def fused_update(self, fused: bool) -> None:
+        if fused != self._fused_update:
+            self._fused_update = fused
+            self._packed = None
 
     @property
     def loss_scaling(self) -> float:
@@ -188,7 +200,8 @@ class DeviceOptimizer:
                 for hp, ids in self._groups]
         return self._packed
 
-    def fusable_adam(self) -> Optional[Tuple[PackedGroup, Dict[str, Any]]]:
+    def fusable_adam(self, assume_fused: bool = False
+                     ) -> Optional[Tuple[PackedGroup, Dict[str, Any]]]:
         """The one packed group, with its hyper-parameters, whose Adam or
         AdamW update a compiled training graph may apply itself
         (``executor.backends._fused_adam``): None when a step needs this
@@ -196,15 +209,22 @@ class DeviceOptimizer:
         kernel, gradient clipping, automatic loss scaling, float16
         accumulation). The caller checks that exactly the packed
         parameters require gradients, and records each step it applies
-        (:meth:`record_fused_step`)."""
+        (:meth:`record_fused_step`).
+
+        ``assume_fused`` answers as :attr:`fused_update` would make it
+        answer, without repacking: the group returned then has the layout
+        of the fused one, not its buffers (what the ``auto`` backend
+        compiles ahead for)."""
         attrs = self._resolved.attributes
-        if not self.fused_update or self._als is not None or \
+        fused = self.fused_update or assume_fused
+        if not fused or self._als is not None or \
                 len(self._groups) != 1 or \
                 math.isfinite(attrs.get("max_grad_norm", math.inf)) or \
                 attrs["accum_type"] == torch.float16:
             return None
         packed = self._packed_groups()[0]
-        if packed is None or not packed.fused:
+        if packed is None or not (packed.fused or assume_fused and
+                                  packed.can_fuse):
             return None
         return packed, self._groups[0][0]
 

@@ -101,6 +101,8 @@ class PackedGroup:
         #: kind's rule: one pass over the buffers instead of eight, equal
         #: to the rule within float rounding (not bit for bit).
         self.fused = fused and kind in _FUSED_KERNELS
+        #: Whether packing with ``fused=True`` would make :attr:`fused`.
+        self.can_fuse = kind in _FUSED_KERNELS
         self.params = params
         self.frozen = frozen
         with torch.no_grad():

@@ -71,7 +71,8 @@ class Options(OptionsDict):
 
     - ``POPTORCH_CACHE_DIR``: ``enableExecutableCaching(path)``;
     - ``POPTORCH_SIM_BACKEND``: ``Simulator.backend(name)``, to switch a
-      whole PopTorch script to the ``compile`` backend without editing it;
+      whole PopTorch script to the ``interpret``, ``compile`` or ``auto``
+      backend without editing it;
     - ``POPTORCH_DEFAULT_OPTIONS``: JSON applied with :meth:`from_json`,
       e.g. ``{"deviceIterations": 4, "Simulator.backend": "compile"}``.
 

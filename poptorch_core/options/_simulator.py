@@ -21,8 +21,11 @@ from ._dict import OptionsDict
 __all__ = []
 
 #: Execution backends of the simulator: ``interpret`` runs the traced graph
-#: as is, ``compile`` compiles it with inductor once per executable.
-BACKENDS: Tuple[str, ...] = ("interpret", "compile")
+#: as is, ``compile`` compiles it with inductor once per executable, and
+#: ``auto`` (the default) runs ``interpret`` while ``compile``'s step builds
+#: in the background, then switches to it between two calls.
+BACKENDS: Tuple[str, ...] = ("interpret", "compile", "auto")
+DEFAULT_BACKEND = "auto"
 #: Host devices the simulated IPU computes on.
 HOST_DEVICES: Tuple[str, ...] = ("cpu", "cuda")
 #: IPU generations: 1 (Mk1), 2 (Mk2) and 21 (Bow).
@@ -56,7 +59,8 @@ class _SimulatorOptions(OptionsDict):
     """Simulator settings: execution backend, host device, IPU version,
     memory check, host memory and the distributed timeout.
 
-    - ``execution_backend``: ``"interpret"`` (default) or ``"compile"``;
+    - ``execution_backend``: ``"auto"`` (default), ``"interpret"`` or
+      ``"compile"`` (see :meth:`backend`);
     - ``host_device``: ``"cpu"`` (default) or ``"cuda"``;
     - ``ipu_version``: 2 (default), 1 or 21 (Bow); drives the simulated
       device model (memory per IPU, throughput; see
@@ -79,7 +83,7 @@ class _SimulatorOptions(OptionsDict):
     """
 
     def __init__(self):
-        super().__init__(execution_backend=BACKENDS[0],
+        super().__init__(execution_backend=DEFAULT_BACKEND,
                          host_device=HOST_DEVICES[0],
                          ipu_version=2, memory_check="warn",
                          host_memory_pool=True,
@@ -108,7 +112,12 @@ class _SimulatorOptions(OptionsDict):
                              f"number of seconds, got {value!r}")
 
     def backend(self, name: str) -> "_SimulatorOptions":
-        """Execution backend: ``"interpret"`` or ``"compile"``."""
+        """Execution backend: ``"interpret"`` runs the traced graph op by
+        op (starts at once), ``"compile"`` compiles it with inductor on the
+        first call (seconds to start, faster steps), and ``"auto"`` (the
+        default) runs ``interpret`` while ``compile``'s step builds in the
+        background, then switches to it between two calls, keeping the
+        weights, optimizer state and RNG stream as they are."""
         return self.set(execution_backend=name)
 
     def hostDevice(self, device: str) -> "_SimulatorOptions":

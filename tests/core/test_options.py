@@ -59,7 +59,7 @@ def test_defaults_match_spec():
     assert opts.defaultOutputMode()
     assert not opts.exists("random_seed")
     assert opts.Simulator.toDict() == {
-        "simulator.execution_backend": "interpret",
+        "simulator.execution_backend": "auto",
         "simulator.host_device": "cpu",
         "simulator.ipu_version": 2,
         "simulator.memory_check": "warn",
@@ -124,7 +124,7 @@ def test_repr():
     for name in ("Distributed=", "Jit=", "Precision=", "Simulator=",
                  "TensorLocations=", "Training=", "_Popart="):
         assert name in text
-    assert "execution_backend='interpret'" in text
+    assert "execution_backend='auto'" in text
     assert repr(opts.Training).startswith(
         "_TrainingOptions(gradient_accumulation=1")
 
@@ -190,7 +190,7 @@ def test_clone_is_unfrozen_and_independent():
     assert "k" not in opts._Popart.options
     assert list(opts.anchored_tensors) == ["x"]
     assert opts._execution_strategy.stage("a")._ipu is None
-    assert opts.Simulator.execution_backend == "interpret"
+    assert opts.Simulator.execution_backend == "auto"
     assert opts._is_frozen
 
 

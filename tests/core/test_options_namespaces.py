@@ -214,8 +214,9 @@ def test_simulator_options(monkeypatch):
     assert sim.backend("compile").hostDevice("cpu").ipuVersion(21) is sim
     assert (sim.execution_backend, sim.host_device,
             sim.ipu_version) == ("compile", "cpu", 21)
-    with pytest.raises(ValueError,
-                       match="valid values are 'interpret', 'compile'"):
+    with pytest.raises(
+            ValueError,
+            match="valid values are 'interpret', 'compile', 'auto'"):
         sim.backend("xla")
     with pytest.raises(ValueError, match="valid values are 'cpu', 'cuda'"):
         sim.hostDevice("tpu")

@@ -36,6 +36,7 @@ step). What those guards protect is kept another way:
   without), so a model compiles once.
 """
 import contextlib
+import dataclasses
 import time
 from typing import (Any, Callable, Dict, Hashable, Iterator, List,
                     Optional, Sequence, Tuple)
@@ -52,15 +53,18 @@ from ._in_place import write_temporaries_in_place
 from ._isa_probe import start_vec_isa_probe
 from ._training_step import TrainingStepGraph, trace_training_step
 
-__all__ = ["BACKENDS", "compilation_count", "prepare_backend"]
+__all__ = ["BACKENDS", "Form", "compilation_count", "prepare_backend"]
 
+#: The runnable forms of a graph (the ``auto`` option runs the first, then
+#: the second: ``executor._tiered``).
 BACKENDS = ("interpret", "compile")
 
 
 def prepare_backend(backend: str, host_device: str) -> None:
     """Starts what a backend can do before the first compilation: for
     ``compile`` on the CPU, inductor's vector-ISA check (``_isa_probe``),
-    which then runs while the model is traced."""
+    which then runs while the model is traced. (``auto`` starts it with its
+    background build, not while the first step's tracing runs.)"""
     if backend == "compile" and torch.device(host_device).type == "cpu":
         start_vec_isa_probe()
 
@@ -141,6 +145,48 @@ def _compile_with_inductor(gm: torch.fx.GraphModule,
     return compiled
 
 
+def _like(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``tensor``'s metadata (dtype, device, size, stride,
+    storage offset, ``requires_grad``) on zeroed memory of its own: an
+    example that compiles to the same form, which another thread can use
+    while ``tensor`` changes."""
+    span = 1 + sum((size - 1) * stride for size, stride in
+                   zip(tensor.shape, tensor.stride())) \
+        if tensor.numel() else 0
+    storage = torch.zeros(tensor.storage_offset() + span, dtype=tensor.dtype,
+                          device=tensor.device).untyped_storage()
+    like = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        storage, tensor.storage_offset(), tensor.shape, tensor.stride())
+    return like.requires_grad_(tensor.requires_grad)
+
+
+@dataclasses.dataclass
+class Form:
+    """What one step needs compiled: :meth:`Executable.prepare_form`
+    compiles it, :meth:`Executable.has_form` says whether it is.
+
+    ``kind`` is ``"graph"`` (:meth:`Executable.prepare`), ``"training"``
+    (:meth:`Executable.prepare_training`) or ``"adam"``
+    (:meth:`Executable.training_with_adam`, or ``"training"`` where that
+    says None); ``grad`` is the grad mode the step runs in."""
+    kind: str
+    tensors: List[torch.Tensor]
+    grad: bool
+    loss_index: int = 0
+    key: Optional[FusedAdamKey] = None
+    state: Optional[FusedAdamState] = None
+
+    def like(self) -> "Form":
+        """The same form on example tensors (:func:`_like`), so that
+        another thread can compile it while the step's own tensors
+        change."""
+        state = None if self.state is None else FusedAdamState(*(
+            _like(getattr(self.state, field.name))
+            for field in dataclasses.fields(self.state)))
+        return dataclasses.replace(
+            self, tensors=[_like(t) for t in self.tensors], state=state)
+
+
 def _variant(tensors: Sequence[torch.Tensor]) -> Hashable:
     """What a compiled form is specific to, besides the shapes and strides
     that the executor keeps fixed."""
@@ -197,6 +243,30 @@ class Executable:
                 self.graph_module, tensors, self._generated)
             self._count(start)
         return compiled
+
+    def prepare_form(self, form: Form) -> None:
+        """Compiles what a step of ``form`` runs, unless it is compiled."""
+        with torch.set_grad_enabled(form.grad):
+            if form.kind == "adam" and self.training_with_adam(
+                    form.tensors, form.loss_index, form.key,
+                    form.state) is not None:
+                return
+            if form.kind == "graph":
+                self.prepare(form.tensors)
+            else:
+                self.prepare_training(form.tensors, form.loss_index)
+
+    def has_form(self, form: Form) -> bool:
+        """Whether a step of ``form`` would run without compiling."""
+        with torch.set_grad_enabled(form.grad):
+            variant = _variant(form.tensors)
+        if form.kind == "adam":
+            found = self._adam_steps.get((variant, form.key), False)
+            if found is not None:
+                return found is not False
+        if form.kind == "graph":
+            return variant in self._compiled
+        return variant in self._steps
 
     def _generated(self) -> None:
         if self.on_compiled is not None:
