@@ -40,7 +40,7 @@ from torch_geometric.nn import GATConv
 
 import poptorch
 import poptorch_geometric as pyg_ipu
-from poptorch_core.data._placement import async_placement
+from poptorch_core.data._load_placement import async_placement
 from poptorch_geometric.datasets import NCITPSA, default_root, \
     power_law_graph
 from poptorch_geometric.ops import knn_graph, radius_graph

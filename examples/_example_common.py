@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 import poptorch
-from poptorch_core._files import atomic_write
+from poptorch_core.files import atomic_write
 
 __all__ = ["CPU_COLUMN", "CalledWithBatch", "IPU_COLUMN", "TrainingLog",
            "add_common_arguments",

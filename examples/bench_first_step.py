@@ -9,7 +9,7 @@ three settings:
   empty inductor cache and no machine-wide precompiled headers (which
   inductor keeps under the temporary directory, outside its cache): a first
   run on a new machine. It starts building the headers in the background
-  (``_precompiled_headers``); the benchmark waits for them before the next
+  (``inductor.precompiled_headers``); the benchmark waits for them before the next
   run;
 * warm: a second process reuses that directory, as a user's second run of
   a script does;
@@ -45,7 +45,7 @@ import tempfile
 from typing import Dict, List, Optional
 
 from _example_common import positive_int
-from poptorch_core.executor.backends._precompiled_headers import \
+from poptorch_core._executor.backends.inductor.precompiled_headers import \
     wait_for_header_builds
 
 _SCRIPT = r"""

@@ -78,8 +78,8 @@ from torch_geometric.loader.dataloader import Collater
 
 import poptorch
 import poptorch_geometric as pyg_ipu
-from poptorch_core.executor._background_compile import wait_for_builds
-from poptorch_core.executor.backends._precompiled_headers import \
+from poptorch_core._executor.background_compile import wait_for_builds
+from poptorch_core._executor.backends.inductor.precompiled_headers import \
     wait_for_header_builds
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -23,14 +23,14 @@ from ._impl import isRunningOnIpu, registerPreCompileHook, \
     registerPostCompileHook, _OverwriteContextManager
 from ._args_parser import ICustomArgParser, registerCustomArgParser
 from ._utils import accessAttributes, getIpuTensorId
-from ._printing import *  # noqa: F401,F403  (module_repr, print)
+from ._module_repr import *  # noqa: F401,F403  (module_repr, print)
 from .enums import *  # noqa: F401,F403
 from .options import *  # noqa: F401,F403
 from .annotations import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
-from .tracing import *  # noqa: F401,F403
-from .ir import *  # noqa: F401,F403
-from .executor import *  # noqa: F401,F403
+from ._tracing import *  # noqa: F401,F403
+from ._ir import *  # noqa: F401,F403
+from ._executor import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from . import distributed  # installs the executor's scale-out hook
 from . import enums, options, optim, profiling, testing
@@ -38,10 +38,9 @@ from . import _native as poptorch_core
 from ._native import ipuHardwareVersion as _ipuHardwareVersion
 # For plugins (PopTorch Geometric): fixes shown when an IPU rule breaks
 # inside their code. Not a PopTorch name, hence the underscore.
-from .tracing._library_code import \
-    register_known_fixes as _registerKnownFixes
+from ._tracing.library_code import register_known_fixes as _registerKnownFixes
 # For plugins: the user's own input tensors of the call being traced.
-from ._impl import _traced_call_inputs as _tracedCallInputs
+from ._impl import traced_call_inputs as _tracedCallInputs
 # For plugins: the tracebacks of their refusals start at the user's call
 # (``errors.public_call``); not PopTorch names either.
 from .errors import public_call as _publicCall, \
@@ -60,5 +59,5 @@ def ipuHardwareVersion() -> int:
 
 def importPoptorchMetadataFromFile(filename: str):
     """Reads the metadata stored by ``PoplarExecutor.save``."""
-    from .executor._serialization import read_metadata
+    from ._executor.serialization import read_metadata
     return read_metadata(filename)

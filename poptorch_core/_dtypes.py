@@ -8,10 +8,8 @@ from typing import Optional, Set
 
 import torch
 
-from ._impl import _cpp_error
+from ._impl import cpp_error
 from ._logging import logger
-
-__all__: list = []
 
 _SUPPORTED = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
               torch.float16, torch.float32}
@@ -27,7 +25,7 @@ def ipu_dtype(dtype: torch.dtype) -> torch.dtype:
         return dtype
     if dtype in _DEMOTED:
         return _DEMOTED[dtype]
-    raise _cpp_error(f"Unsupported input type {dtype}")
+    raise cpp_error(f"Unsupported input type {dtype}")
 
 
 def check_fits_int32(tensor: torch.Tensor, what: str) -> None:
@@ -37,7 +35,7 @@ def check_fits_int32(tensor: torch.Tensor, what: str) -> None:
     lo, hi = (int(v) for v in torch.aminmax(tensor))
     if lo < _INT32.min or hi > _INT32.max:
         bad = hi if hi > _INT32.max else lo
-        raise _cpp_error(
+        raise cpp_error(
             f"{what} of dtype torch.int64 holds the value {bad}, which "
             f"does not fit torch.int32 (range [{_INT32.min}, {_INT32.max}]). "
             "The IPU has no 64-bit integers and PopTorch demotes int64 to "

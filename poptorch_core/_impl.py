@@ -56,7 +56,7 @@ def _ipu_tracing(training: bool = False) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Makes ``inputs`` what :func:`_traced_call_inputs` returns for the
+    """Makes ``inputs`` what :func:`traced_call_inputs` returns for the
     duration."""
     global _call_inputs
     previous = _call_inputs
@@ -67,14 +67,14 @@ def _tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
         _call_inputs = previous
 
 
-def _traced_call_inputs() -> Tuple[torch.Tensor, ...]:
+def traced_call_inputs() -> Tuple[torch.Tensor, ...]:
     """The tensors the user passed to the call being traced, as given
     (before micro-batching and IPU dtypes; the traced forward sees copies),
     so that a plugin can tell where they came from. Empty outside a trace.
 
     Example::
 
-        >>> _traced_call_inputs()
+        >>> traced_call_inputs()
         ()
     """
     return _call_inputs if _running_on_ipu else ()
@@ -139,6 +139,6 @@ class _OverwriteContextManager:
         return self._stack.__exit__(*exc)
 
 
-def _cpp_error(msg: str) -> Error:
+def cpp_error(msg: str) -> Error:
     """An :class:`Error` of the simulated backend (PopTorch's "CErr")."""
     return Error(msg)

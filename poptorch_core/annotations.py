@@ -3,7 +3,7 @@
 Blocks say which IPU (and which pipeline stage) the ops of a part of the
 model run on. On the CPU they do nothing. While a model is traced for the
 simulated IPU, the tracer installs a :class:`_BlockTracker` (with
-:func:`_block_tracking`) and every block start is recorded in it; the
+:func:`block_tracking`) and every block start is recorded in it; the
 execution strategy then resolves the recorded blocks to stages and IPUs
 (``_IExecutionStrategy._resolve``).
 
@@ -28,10 +28,10 @@ import torch
 from .options._strategies import (ParallelPhasedExecution, Phase,
                                     PipelinedExecution, SerialPhasedExecution,
                                     ShardedExecution, Stage,
-                                    _check_ipu_id, _record_block)
+                                    check_ipu_id, record_block)
 # Re-exported: the base Options.setExecutionStrategy validates against.
 from .options._strategies import _IExecutionStrategy  # noqa: F401
-from ._impl import _cpp_error
+from ._impl import cpp_error
 from .errors import createPoptorchError
 
 __all__ = [
@@ -55,7 +55,7 @@ class _BlockTracker:
 
     Example::
 
-        >>> with _block_tracking() as tracker:
+        >>> with block_tracking() as tracker:
         ...     Block.start("a", 0)
         ...     tracker.current()
         ('a', 0)
@@ -81,7 +81,7 @@ class _BlockTracker:
         """Makes a block active and returns its id (automatic when
         ``user_id`` is None)."""
         block_id = self.next_auto_id() if user_id is None else user_id
-        _record_block(self._seen, block_id, ipu_id)
+        record_block(self._seen, block_id, ipu_id)
         self._active = (block_id, ipu_id)
         self._ended = False
         return block_id
@@ -103,7 +103,7 @@ class _BlockTracker:
         no block was started since.
         """
         if self._ended:
-            raise _cpp_error(_NO_ACTIVE_BLOCK)
+            raise cpp_error(_NO_ACTIVE_BLOCK)
         return self._active
 
     def seen_blocks(self) -> List[BlockInfo]:
@@ -116,7 +116,7 @@ _tracker: Optional[_BlockTracker] = None
 
 
 @contextlib.contextmanager
-def _block_tracking() -> Iterator[_BlockTracker]:
+def block_tracking() -> Iterator[_BlockTracker]:
     """Installs a fresh :class:`_BlockTracker` for one trace."""
     global _tracker
     previous, _tracker = _tracker, _BlockTracker()
@@ -140,7 +140,7 @@ def _block_id(user_id: Any) -> Optional[str]:
 
 def _check_block_args(user_id: Any, ipu_id: Any) -> None:
     _block_id(user_id)
-    _check_ipu_id(ipu_id)
+    check_ipu_id(ipu_id)
 
 
 class Block(torch.nn.Module):

@@ -53,8 +53,6 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-__all__: list = []
-
 #: Samples a batch may be topped up from: past this window the fill hardly
 #: improves (``docs/design/packing.rst``). The cost per batch grows little
 #: with the window (the candidates are filtered once).

@@ -18,8 +18,6 @@ from typing import List, Optional, Tuple
 
 import poptorch_core as poptorch
 
-__all__: List[str] = []
-
 _SELF_LOOPS = (
     "{layer} adds self-loops inside the model: PyG first removes the existing "
     "ones with a boolean mask, whose result has a data-dependent shape. Add "

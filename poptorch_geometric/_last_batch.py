@@ -23,9 +23,7 @@ from typing import Any, Callable, Iterator, List, Optional
 from torch_geometric.data import Batch
 
 import poptorch_core as poptorch
-from poptorch_core._logging import logger
-
-__all__: List[str] = []
+from poptorch_core import logger
 
 
 def mini_batches_per_step(options: poptorch.Options) -> int:

@@ -22,8 +22,6 @@ from ._best_fit import DEFAULT_LOOKAHEAD, best_fit_batches, \
     greedy_length
 
 
-__all__: list = []
-
 #: Shuffled orders (seeded) that budgets for a shuffling loader are searched
 #: with, so that an epoch in a new random order rarely needs a batch more
 #: than the budgets were chosen for (more orders make that rarer; the

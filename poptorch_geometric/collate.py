@@ -25,7 +25,7 @@ import torch
 from torch_geometric.data import Batch, HeteroData
 from torch_geometric.data.data import BaseData
 
-from poptorch_core._logging import logger
+from poptorch_core import logger
 
 from ._padding.budget import BatchRoom
 from ._padding_masks import is_padded_batch, register_padded

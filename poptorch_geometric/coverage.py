@@ -26,7 +26,7 @@ from typing import Iterable, List, Optional
 
 import torch
 
-from poptorch_core._files import atomic_write
+from poptorch_core.files import atomic_write
 
 from ._coverage.data import make_families
 from ._coverage.pool_probe import run_pool_case

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 import poptorch_core as poptorch
-from poptorch_core._logging import logger
+from poptorch_core import logger
 
 from . import pyg_dataloader
 from ._last_batch import LastBatch, mini_batches_per_step

@@ -24,7 +24,7 @@ import torch_geometric.loader
 import torch_geometric.loader.cluster
 from torch_geometric.data import Batch, Data
 
-from poptorch_core._files import atomic_write
+from poptorch_core.files import atomic_write
 
 from ._padding_masks import registered_batches
 from ._sampling.metis import graph_fingerprint, metis_partition

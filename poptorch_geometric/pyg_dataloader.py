@@ -25,7 +25,7 @@ from ._refusals import public, refusing_iterator
 from .pyg_collate import Collater
 from .stream_packing_sampler import StreamPackingSampler
 
-from poptorch_core._logging import logger
+from poptorch_core import logger
 
 __all__ = ["FixedSizeStrategy", "OverSizeStrategy", "DataLoader",
            "FixedSizeDataLoader"]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
-from poptorch_core._logging import logger
+from poptorch_core import logger
 
 from ._best_fit import best_fit_batches
 from ._refusals import public, refusing_iterator

@@ -145,7 +145,7 @@ def test_every_public_name_has_a_docstring():
     api = public_api()
     # The walk must reach the API, not pass on an empty one.
     for name in ("poptorch_core.Options", "poptorch_core.PoplarExecutor",
-                 "poptorch_core.optim.SGD", "poptorch_core.ir.Ir",
+                 "poptorch_core.optim.SGD", "poptorch_core.Ir",
                  "poptorch_geometric.FixedSizeDataLoader",
                  "poptorch.Options().Training"):
         assert name in api, name

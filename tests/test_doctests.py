@@ -25,7 +25,7 @@ EXCLUDED = {
         "a script, not a module: importing it runs the self-check",
     # Its example changes ``malloc`` for the whole test process; its own
     # test runs the example's calls in a subprocess.
-    "poptorch_core.executor.backends._host_memory":
+    "poptorch_core._executor.backends.host_memory":
         "changes malloc settings for the whole process",
 }
 

@@ -29,8 +29,6 @@ from ..errors import public_class
 from ._layout import ElementLayout
 from .accessor import loading_error
 
-__all__: List[str] = []
-
 
 @public_class
 class CheckedBatches:

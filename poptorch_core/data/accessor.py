@@ -12,7 +12,7 @@ import torch
 from ..enums import SharingStrategy
 from ..errors import Error, createPoptorchError, public_class
 from . import _protocol as P
-from ._batching import count_batches, samples_per_epoch
+from ._batch_arithmetic import count_batches, samples_per_epoch
 from ._layout import ElementLayout
 from ._process import (WorkerDied, WorkerProcess, WorkerStalled,
                        WorkerStopped, check_picklable)

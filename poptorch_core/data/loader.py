@@ -13,13 +13,20 @@ from .._logging import logger
 from ..enums import DataLoaderMode
 from ..errors import createPoptorchError, public_call, public_class
 from ..options import Options
-from ._batching import (combined_batch_generator, count_batches,
-                        num_batches_to_combine, samples_per_epoch)
+from ._batch_arithmetic import (
+    combined_batch_generator,
+    count_batches,
+    num_batches_to_combine,
+    samples_per_epoch)
 from ._partition import DistributedPartitionSampler
-from ._placement import (PLACEMENT_ENV, WORKER_LOADING_EPOCHS,
-                         WORKER_LOADING_SHARE, LoadingShare,
-                         async_placement, available_cpus,
-                         requested_placement)
+from ._load_placement import (
+    PLACEMENT_ENV,
+    WORKER_LOADING_EPOCHS,
+    WORKER_LOADING_SHARE,
+    LoadingShare,
+    async_placement,
+    available_cpus,
+    requested_placement)
 from ._inline import CheckedBatches
 from .accessor import AsynchronousDataAccessor, check_accessor_options
 

@@ -25,8 +25,6 @@ import torch.fx
 from ._liveness import GraphValues, trace_values  # noqa: F401 (doctest)
 from ._placement import NodePlacement
 
-__all__: List[str] = []
-
 _CHECKPOINT = "recomputation_checkpoint"
 
 

@@ -33,8 +33,6 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves
 
-__all__: List[str] = []
-
 aten = torch.ops.aten
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm",

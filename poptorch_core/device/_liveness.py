@@ -27,8 +27,6 @@ from torch.utils._pytree import tree_leaves
 
 from .._logging import logger
 
-__all__: List[str] = []
-
 
 @dataclasses.dataclass
 class StorageInfo:

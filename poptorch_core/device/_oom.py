@@ -17,8 +17,6 @@ from .._logging import logger
 from ..errors import Error
 from .memory import IpuMemory, format_bytes
 
-__all__: List[str] = []
-
 _ADVICE = (
     "To fit, split the model over more IPUs (poptorch.BeginBlock or "
     "poptorch.Block with ipu_id, and a PipelinedExecution), use a smaller "

@@ -20,8 +20,6 @@ import torch.fx
 
 from ._stamps import node_block
 
-__all__: List[str] = []
-
 
 @dataclasses.dataclass
 class Stage:

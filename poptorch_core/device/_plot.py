@@ -16,10 +16,8 @@ Example::
 """
 from typing import Any, List, Tuple
 
-from .._files import atomic_write
+from ..files import atomic_write
 from .memory import CATEGORIES
-
-__all__: List[str] = []
 
 _KIND_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452",
                  "forward+backward": "#8172B3", "optimizer": "#55A868",

@@ -37,8 +37,6 @@ from typing import Dict, List, Sequence, Tuple
 
 from .timing import StageTime
 
-__all__: List[str] = []
-
 
 @dataclasses.dataclass
 class Bar:

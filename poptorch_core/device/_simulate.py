@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from ..optim._resolve import resolve_optimizer
-from ..tracing.rules import node_user_location
+from .._tracing.rules import node_user_location
 from . import _costs, _schedules
 from ._activations import activation_peaks, checkpointed_stages
 from ._liveness import GraphValues, trace_values

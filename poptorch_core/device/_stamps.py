@@ -23,8 +23,6 @@ import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 
-__all__: List[str] = []
-
 _BLOCK_KEY = "poptorch_block"
 _MODULE_KEY = "poptorch_module"
 

@@ -19,9 +19,7 @@ import torch
 
 from ..optim._algorithms import slots, storage_dtype
 from ..optim._resolve import ResolvedOptimizer, resolve_optimizer
-from ..optim._types import _OptimizerType
-
-__all__: list = []
+from ..optim._types import OptimizerType
 
 
 def _nbytes(numel: int, dtype: torch.dtype) -> int:
@@ -37,13 +35,13 @@ def _groups(resolved: Optional[ResolvedOptimizer]
             for p in params}
 
 
-def optimizer_state_bytes(kind: _OptimizerType, hp: Mapping[str, object],
+def optimizer_state_bytes(kind: OptimizerType, hp: Mapping[str, object],
                           attrs: Mapping[str, object], numel: int,
                           accumulation: int) -> int:
     """Bytes of one weight's optimizer state."""
     if kind.family == "sgd":
         velocity = hp["momentum"] != 0
-        if kind == _OptimizerType.SGD1:  # accumulator and velocity combined
+        if kind == OptimizerType.SGD1:  # accumulator and velocity combined
             velocity = velocity or accumulation > 1
         dtype = attrs.get("velocity_accum_type", torch.float32)
         return _nbytes(numel, dtype) if velocity else 0
@@ -87,7 +85,7 @@ def weight_bytes(param: torch.Tensor, optimizer: Optional[object],
     if resolved is None:
         resolved = resolve_optimizer(optimizer)
     attrs = resolved.attributes
-    if accumulation > 1 and resolved.kind != _OptimizerType.SGD1:
+    if accumulation > 1 and resolved.kind != OptimizerType.SGD1:
         out["accumulators"] = _nbytes(numel, attrs.get("accum_type",
                                                        torch.float32))
     hp = _groups(resolved).get(id(param))

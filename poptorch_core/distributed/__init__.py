@@ -26,10 +26,10 @@ Example (a run of one process: nothing to exchange, same results)::
     >>> poptorch.distributed.is_initialized()
     False
 """
-from ..executor import _scale_out_hook
+from .._executor.scale_out_hook import install as _install_scale_out
 from ._group import is_initialized, shutdown
 from ._join import join
 
 __all__ = ["is_initialized", "shutdown"]
 
-_scale_out_hook.install(join)
+_install_scale_out(join)

@@ -18,8 +18,6 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-__all__: list = []
-
 
 def _buckets(tensors: Sequence[torch.Tensor]
              ) -> List[List[torch.Tensor]]:

@@ -21,11 +21,9 @@ from typing import Any, Dict, Sequence
 
 import torch
 
-from .._impl import _cpp_error
-from ..executor._program import Program
-from ..executor._state import ExecutorState
-
-__all__: list = []
+from .._impl import cpp_error
+from .._executor.program import Program
+from .._executor.state import ExecutorState
 
 Description = Dict[str, Any]
 
@@ -86,7 +84,7 @@ def check_same(descriptions: Sequence[Description]) -> None:
             if other.get(key) == reference[key]:
                 continue
             ours, theirs = _first_difference(reference[key], other.get(key))
-            raise _cpp_error(
+            raise cpp_error(
                 "Distributed run: the processes compiled different things: "
                 f"{key}: {ours} on rank 0, but {theirs} on rank {rank}. "
                 "Every process must compile the same model, with the same "

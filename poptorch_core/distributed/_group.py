@@ -27,8 +27,6 @@ from ..errors import Error, UnrecoverableError, createPoptorchError
 from ._launch import Launch
 from ._watchdog import Watchdog
 
-__all__: list = []
-
 _STORE_PREFIX = "poptorch_sim"
 
 

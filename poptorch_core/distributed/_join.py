@@ -19,15 +19,13 @@ import torch
 import torch.distributed as dist
 
 from ..errors import createPoptorchError
-from ..executor._program import Program
-from ..executor._scale_out import GradientReducer
-from ..executor._state import ExecutorState
+from .._executor.program import Program
+from .._executor.scale_out import GradientReducer
+from .._executor.state import ExecutorState
 from ._buckets import all_reduce_sum, broadcast_from_first
 from ._consistency import check_same, describe
 from ._group import ProcessGroup, process_group
 from ._launch import Launch
-
-__all__: list = []
 
 
 class AllReduceGradients(GradientReducer):

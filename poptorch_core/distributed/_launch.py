@@ -28,8 +28,6 @@ import torch.distributed as dist
 from .._logging import logger
 from ..errors import createPoptorchError
 
-__all__: list = []
-
 _LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 

@@ -30,8 +30,6 @@ from typing import Dict, List, Optional, Tuple
 from .._logging import logger
 from ..errors import UnrecoverableError
 
-__all__: list = []
-
 _FAILING = "failing/"
 _LEFT = "left/"
 

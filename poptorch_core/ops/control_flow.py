@@ -50,24 +50,24 @@ def _as_list(outputs: Any, op: str) -> List[torch.Tensor]:
     if isinstance(outputs, (list, tuple)) and all(
             isinstance(o, torch.Tensor) for o in outputs):
         return list(outputs)
-    raise _impl._cpp_error(
+    raise _impl.cpp_error(
         f"{op}: the body must return a tensor or a list or tuple of tensors, "
         f"got {type(outputs).__name__}.")
 
 
 def _check_inference(op: str) -> None:
     if _impl._is_tracing_training():
-        raise _impl._cpp_error(f"{op} is only supported in inference.")
+        raise _impl.cpp_error(f"{op} is only supported in inference.")
 
 
 def _check_same_signature(first: List[torch.Tensor],
                           second: List[torch.Tensor], what: str) -> None:
     if len(first) != len(second):
-        raise _impl._cpp_error(f"{what}: {len(first)} vs {len(second)} "
+        raise _impl.cpp_error(f"{what}: {len(first)} vs {len(second)} "
                                "tensors; the counts must be equal.")
     for k, (a, b) in enumerate(zip(first, second)):
         if a.shape != b.shape or a.dtype != b.dtype:
-            raise _impl._cpp_error(
+            raise _impl.cpp_error(
                 f"{what}: tensor {k} is {a.dtype}{list(a.shape)} vs "
                 f"{b.dtype}{list(b.shape)}; shapes and dtypes must match.")
 
@@ -124,7 +124,7 @@ def cond(condition: Any, then_body: Callable[..., Any],
     if not isinstance(condition, torch.Tensor):
         return then_out if condition else else_out
     if condition.numel() != 1:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             "poptorch.cond(): the condition must have exactly one element, "
             f"got shape {list(condition.shape)}.")
     select = condition.reshape(()).to(torch.bool)

@@ -63,7 +63,7 @@ def _error_on_non_ascii(value: Any) -> None:
         raise ValueError(f"{value} contains non-ASCII characters.")
 
 
-def _validate_attributes(attributes: Dict[Any, Any]) -> None:
+def validate_attributes(attributes: Dict[Any, Any]) -> None:
     """PopART attribute rules: str keys; float, int or str values or
     homogeneous lists/tuples of them; ASCII text only."""
     for key, value in attributes.items():
@@ -115,7 +115,7 @@ def _run_registered(inputs: List[torch.Tensor], key: _OpKey,
         got = [(getattr(o, "dtype", type(o)), list(getattr(o, "shape", [])))
                for o in outputs]
         want = [(e.dtype, list(e.shape)) for e in example_outputs]
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             f"The implementation of custom op {domain}::{name} returned "
             f"{got}, but example_outputs describe {want}.")
     return outputs
@@ -135,7 +135,7 @@ def custom_op(inputs: Sequence[torch.Tensor], name: str, domain: str,
         raise ValueError("custom_op expects attributes to be a dict, got "
                          f"{type(attributes).__name__}.")
     attributes = dict(attributes or {})
-    _validate_attributes(attributes)
+    validate_attributes(attributes)
     if not _impl.isRunningOnIpu():
         return [torch.zeros_like(e) for e in example_outputs]
     return _run_registered(inputs, (name, domain, domain_version), attributes,

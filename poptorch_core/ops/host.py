@@ -109,7 +109,7 @@ class CPU:
         if not _impl.isRunningOnIpu():
             return self._func(*inputs)
         if _impl._is_tracing_training():
-            raise _impl._cpp_error(
+            raise _impl.cpp_error(
                 f"poptorch.CPU op {self.ID!r}: host callbacks are only "
                 "supported in inference.")
         for index, value in enumerate(inputs):

@@ -38,7 +38,7 @@ import torch.fx.traceback as fx_traceback
 
 from .. import _impl
 from ..enums import MultiConvPlanType
-from .custom import _validate_attributes
+from .custom import validate_attributes
 
 __all__ = ["NameScope", "Attribute", "MultiConv"]
 
@@ -99,7 +99,7 @@ class Attribute:
                     f"poptorch.Attribute({attribute}=...) expects a dict of "
                     "attribute values, e.g. Attribute(__outline={'layer': "
                     f"'embedding'}}), got {type(values).__name__}.")
-            _validate_attributes(values)
+            validate_attributes(values)
         self._attributes = copy.deepcopy(attributes)
         self._saved: List[Tuple[Dict[str, Dict[str, Any]], Any]] = []
 
@@ -216,7 +216,7 @@ class MultiConv:
 
     def __enter__(self) -> "MultiConv":
         if _multi_convs:
-            raise _impl._cpp_error(
+            raise _impl.cpp_error(
                 "Nested poptorch.MultiConv is not supported: close the outer "
                 "MultiConv first.")
         _multi_convs.append(self)

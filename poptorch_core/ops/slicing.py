@@ -45,10 +45,10 @@ def _check_tensor(op: str, value: Any, role: str) -> None:
 def _check_size(size: int) -> None:
     # Compile-time checks of the IPU backend.
     if size == 0:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             "The start and end of a slice must be different.")
     if size < 0:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             "Taking a slice of a tensor with the end less than the start is "
             "not supported.")
 
@@ -57,11 +57,11 @@ def _start_value(start: torch.Tensor) -> int:
     return int(start.reshape(-1)[0])
 
 
-def _wrapped_positions(start: torch.Tensor, length: int, size: int,
+def wrapped_positions(start: torch.Tensor, length: int, size: int,
                        step: int) -> torch.Tensor:
     """``(start + arange(0, size, step)) % length``, computed at run time."""
     if start.numel() != 1:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             "The start of a dynamic slice must have exactly one element, got "
             f"shape {list(start.shape)}.")
     offset = start.reshape(())
@@ -90,12 +90,12 @@ def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor,
     _check_size(size)
     length = tensor.shape[dim]
     if length % size != 0:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             f"The size of the slice ({size}) must be a factor of the slicing "
             f"dimension ({length}).")
     if step < 1:
-        raise _impl._cpp_error("Slicing step must be at least 1")
-    positions = _wrapped_positions(start, length, size, step)
+        raise _impl.cpp_error("Slicing step must be at least 1")
+    positions = wrapped_positions(start, length, size, step)
     return tensor.index_select(dim, positions)
 
 
@@ -120,14 +120,14 @@ def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int,
         return torch.slice_scatter(input, src, dim, begin, begin + size)
     _check_size(size)
     if size > input.shape[dim]:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             f"dynamic_update: size ({size}) is larger than dimension {dim} of "
             f"the input ({input.shape[dim]}).")
     if src.shape[dim] != size:
-        raise _impl._cpp_error(
+        raise _impl.cpp_error(
             f"dynamic_update: src has {src.shape[dim]} elements along "
             f"dimension {dim} but size is {size}; they must be equal.")
-    positions = _wrapped_positions(start, input.shape[dim], size, 1)
+    positions = wrapped_positions(start, input.shape[dim], size, 1)
     # index_put takes int32 positions (the IPU has no int64); it indexes the
     # leading dimension, so bring ``dim`` to the front and back.
     updated = input.movedim(dim, 0).index_put((positions, ),

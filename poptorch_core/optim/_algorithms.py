@@ -17,8 +17,8 @@ Example::
     >>> state = {}
     >>> hp = {"lr": 0.1, "momentum": 0.0, "dampening": 0.0,
     ...       "weight_decay": 0.0, "nesterov": False, "maximize": False}
-    >>> init_state(_OptimizerType.SGD2, p, hp, {}, state)
-    >>> update(_OptimizerType.SGD2, p, g, state, hp, {})
+    >>> init_state(OptimizerType.SGD2, p, hp, {}, state)
+    >>> update(OptimizerType.SGD2, p, g, state, hp, {})
     >>> p
     tensor([0.9500, 0.9500, 0.9500])
 """
@@ -27,9 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
 import torch
 
-from ._types import _OptimizerType
-
-__all__ = []
+from ._types import OptimizerType
 
 HyperParams = Mapping[str, Any]
 State = Dict[str, torch.Tensor]
@@ -53,7 +51,7 @@ _FIRST = "first_order_momentum_accum_type"
 _SECOND = "second_order_momentum_accum_type"
 
 
-def slots(kind: _OptimizerType, hp: HyperParams,
+def slots(kind: OptimizerType, hp: HyperParams,
           attrs: Mapping[str, Any]) -> Dict[str, Slot]:
     """The state slots a parameter of a group with ``hp`` needs."""
     family = kind.family
@@ -75,17 +73,17 @@ def slots(kind: _OptimizerType, hp: HyperParams,
     return result
 
 
-def popart_names(kind: _OptimizerType) -> Dict[str, str]:
+def popart_names(kind: OptimizerType) -> Dict[str, str]:
     """State key -> prefix of its device name (``Accl1___<param>``) for
     every slot ``kind`` can have."""
     family = kind.family
     if family == "sgd":
         return {"momentum_buffer":
-                "Accl" if kind == _OptimizerType.SGD1 else "Accl1"}
+                "Accl" if kind == OptimizerType.SGD1 else "Accl1"}
     if family in ("adam", "lamb"):
         return {"exp_avg": "Accl1", "exp_avg_sq": "Accl2", "step": "Step"}
     names = {"square_avg": "Accl1", "momentum_buffer": "Accl3"}
-    if kind == _OptimizerType.RMSPROP_CENTERED:
+    if kind == OptimizerType.RMSPROP_CENTERED:
         names["grad_avg"] = "Accl2"
     return names
 
@@ -97,7 +95,7 @@ def storage_dtype(slot: Slot, attrs: Mapping[str, Any]) -> torch.dtype:
     return attrs.get(slot.dtype_attr, torch.float32)
 
 
-def init_state(kind: _OptimizerType, param: torch.Tensor, hp: HyperParams,
+def init_state(kind: OptimizerType, param: torch.Tensor, hp: HyperParams,
                attrs: Mapping[str, Any], state: State) -> None:
     """Creates the missing slots of ``state`` and converts existing ones to
     their (possibly changed) storage dtype."""
@@ -113,14 +111,14 @@ def init_state(kind: _OptimizerType, param: torch.Tensor, hp: HyperParams,
             state[key] = torch.full_like(param, slot.fill, dtype=dtype)
 
 
-def update(kind: _OptimizerType, param: torch.Tensor, grad: torch.Tensor,
+def update(kind: OptimizerType, param: torch.Tensor, grad: torch.Tensor,
            state: State, hp: HyperParams, attrs: Mapping[str, Any]) -> None:
     """Applies one step of ``kind``'s rule to ``param`` (in place)."""
     with torch.no_grad():
         _UPDATES[kind.family](kind, param, grad, state, hp, attrs)
 
 
-def update_group(kind: _OptimizerType, params: List[torch.Tensor],
+def update_group(kind: OptimizerType, params: List[torch.Tensor],
                  grads: List[torch.Tensor], states: List[State],
                  hp: HyperParams) -> bool:
     """Applies one step to a whole parameter group with multi-tensor
@@ -149,7 +147,7 @@ def update_group(kind: _OptimizerType, params: List[torch.Tensor],
     return True
 
 
-def adam_multi_tensor(kind: _OptimizerType, params: List[torch.Tensor],
+def adam_multi_tensor(kind: OptimizerType, params: List[torch.Tensor],
                       grads: List[torch.Tensor],
                       exp_avgs: List[torch.Tensor],
                       exp_avg_sqs: List[torch.Tensor], hp: HyperParams,
@@ -162,7 +160,7 @@ def adam_multi_tensor(kind: _OptimizerType, params: List[torch.Tensor],
     beta1, beta2 = hp["betas"]
     with torch.no_grad():
         if wd != 0:
-            if kind in (_OptimizerType.ADAMW, _OptimizerType.ADAMW_NO_BIAS):
+            if kind in (OptimizerType.ADAMW, OptimizerType.ADAMW_NO_BIAS):
                 torch._foreach_mul_(params, 1 - lr * wd)
             else:
                 grads = torch._foreach_add(grads, params, alpha=wd)
@@ -215,9 +213,9 @@ def _sgd(kind, param, grad, state, hp, attrs) -> None:
     _store(param, w)
 
 
-def _bias_corrections(kind: _OptimizerType, hp: HyperParams,
+def _bias_corrections(kind: OptimizerType, hp: HyperParams,
                       step: float) -> tuple:
-    if kind in (_OptimizerType.ADAMW_NO_BIAS, _OptimizerType.LAMB_NO_BIAS):
+    if kind in (OptimizerType.ADAMW_NO_BIAS, OptimizerType.LAMB_NO_BIAS):
         return 1.0, 1.0
     beta1, beta2 = hp["betas"]
     return 1 - beta1**step, 1 - beta2**step
@@ -240,7 +238,7 @@ def _adam(kind, param, grad, state, hp, attrs) -> None:
     w, g = _work(param), _grad(grad, hp)
     lr, wd = hp["lr"], hp["weight_decay"]
     if wd != 0:
-        if kind in (_OptimizerType.ADAMW, _OptimizerType.ADAMW_NO_BIAS):
+        if kind in (OptimizerType.ADAMW, OptimizerType.ADAMW_NO_BIAS):
             w.mul_(1 - lr * wd)
         else:
             g = g.add(w, alpha=wd)

@@ -22,11 +22,11 @@ import torch
 from .._logging import logger
 from ..enums import MeanReductionStrategy
 from ..options import Options
-from ._base import Optimizer, _torch_arg_names
+from ._base import Optimizer, torch_arg_names
 from ._classes import LAMB, SGD, Adam, AdamW, RMSprop
 from ._resolve import ResolvedOptimizer, resolve_optimizer
 from ._types import FAMILY_ATTRIBUTES, FAMILY_GROUP_ATTRIBUTES, \
-    _OptimizerType
+    OptimizerType
 
 __all__ = ["OptimizerAttrTracker", "convertOptimizerToDict"]
 
@@ -38,15 +38,15 @@ _TORCH_CLASSES = {
     "lamb": (),
 }
 _POPTORCH_CLASSES = {
-    _OptimizerType.SGD1: SGD,
-    _OptimizerType.SGD2: SGD,
-    _OptimizerType.ADAM: Adam,
-    _OptimizerType.ADAMW: AdamW,
-    _OptimizerType.ADAMW_NO_BIAS: AdamW,
-    _OptimizerType.RMSPROP: RMSprop,
-    _OptimizerType.RMSPROP_CENTERED: RMSprop,
-    _OptimizerType.LAMB: LAMB,
-    _OptimizerType.LAMB_NO_BIAS: LAMB,
+    OptimizerType.SGD1: SGD,
+    OptimizerType.SGD2: SGD,
+    OptimizerType.ADAM: Adam,
+    OptimizerType.ADAMW: AdamW,
+    OptimizerType.ADAMW_NO_BIAS: AdamW,
+    OptimizerType.RMSPROP: RMSprop,
+    OptimizerType.RMSPROP_CENTERED: RMSprop,
+    OptimizerType.LAMB: LAMB,
+    OptimizerType.LAMB_NO_BIAS: LAMB,
 }
 # Group keys that torch's own machinery adds (LR schedulers, named params).
 _BOOKKEEPING_GROUP_KEYS = frozenset({"params", "initial_lr", "param_names"})
@@ -68,7 +68,7 @@ _NATIVE_CONSTANT_VALUES = {
     "max_weight_norm": 65500.0,
     "loss_scaling": 1.0,
 }
-_ADAMW_KINDS = (_OptimizerType.ADAMW, _OptimizerType.ADAMW_NO_BIAS)
+_ADAMW_KINDS = (OptimizerType.ADAMW, OptimizerType.ADAMW_NO_BIAS)
 _RUNNING_REQUIRED = (
     "Invalid optimizer: the new optimizer would require changing "
     "options.Training.meanAccumulationAndReplicationReductionStrategy to "
@@ -89,7 +89,7 @@ class OptimizerAttrTracker:
     Example::
 
         >>> tracker = OptimizerAttrTracker(poptorch.Options())
-        >>> tracker.setType(_OptimizerType.SGD2)
+        >>> tracker.setType(OptimizerType.SGD2)
         >>> tracker.checkOptimizerAttributes(["my_counter"])   # recorded
         >>> tracker.enableChecks()
         >>> tracker.checkOptimizerAttributes(["my_lr"])         # warns
@@ -104,7 +104,7 @@ class OptimizerAttrTracker:
         self._printed: Set[str] = set()
         self.type = "Unknown"
 
-    def setType(self, optimizer_type: _OptimizerType) -> None:
+    def setType(self, optimizer_type: OptimizerType) -> None:
         """Names the optimizer in messages after its PopTorch class."""
         self.type = _POPTORCH_CLASSES[optimizer_type].__name__
 
@@ -169,7 +169,7 @@ def convertOptimizerToDict(optimizer: torch.optim.Optimizer,
     attr_tracker.setType(kind)
     _warn_if_user_subclass(optimizer, kind, attr_tracker)
     _track_unknown_attributes(optimizer, kind, attr_tracker)
-    if kind == _OptimizerType.SGD2 and \
+    if kind == OptimizerType.SGD2 and \
             resolved.attributes["accum_type"] == torch.float16:
         _require_running_mean_strategy(options, is_compiled)
     return _describe(optimizer, resolved, _auto_loss_scaling(options))
@@ -190,7 +190,7 @@ def _describe(optimizer: torch.optim.Optimizer, resolved: ResolvedOptimizer,
     }
 
 
-def _is_constant(optimizer: torch.optim.Optimizer, kind: _OptimizerType,
+def _is_constant(optimizer: torch.optim.Optimizer, kind: OptimizerType,
                  name: str, value: Any, auto_loss_scaling: bool) -> bool:
     if name == "loss_scaling" and auto_loss_scaling:
         return False
@@ -213,7 +213,7 @@ def _is_constant(optimizer: torch.optim.Optimizer, kind: _OptimizerType,
 
 
 def _warn_if_user_subclass(optimizer: torch.optim.Optimizer,
-                           kind: _OptimizerType,
+                           kind: OptimizerType,
                            attr_tracker: OptimizerAttrTracker) -> None:
     cls = type(optimizer)
     bases = cls.__bases__
@@ -230,7 +230,7 @@ def _warn_if_user_subclass(optimizer: torch.optim.Optimizer,
 
 
 def _track_unknown_attributes(optimizer: torch.optim.Optimizer,
-                              kind: _OptimizerType,
+                              kind: OptimizerType,
                               attr_tracker: OptimizerAttrTracker) -> None:
     family = kind.family
     known_attributes = set(FAMILY_ATTRIBUTES[family]) | _INTERNAL_ATTRIBUTES
@@ -252,7 +252,7 @@ def _track_unknown_attributes(optimizer: torch.optim.Optimizer,
 def _known_group_keys(family: str) -> Set[str]:
     known = set(FAMILY_GROUP_ATTRIBUTES[family]) | _BOOKKEEPING_GROUP_KEYS
     for torch_class in _TORCH_CLASSES[family]:
-        known.update(_torch_arg_names(torch_class))
+        known.update(torch_arg_names(torch_class))
     return known
 
 

@@ -64,7 +64,7 @@ class Optimizer:
     def _init_torch_optimizer(self, params: Any, args: Mapping[str, Any]) -> None:
         """Runs the torch class's constructor with the torch arguments that
         were passed (``None`` ones fall back to torch's defaults)."""
-        torch_kwargs = {name: args[name] for name in _torch_arg_names(
+        torch_kwargs = {name: args[name] for name in torch_arg_names(
             self._torch_class) if args[name] is not None}
         for name, value in torch_kwargs.items():
             if isinstance(value, (str, bytes)):
@@ -206,6 +206,6 @@ class Optimizer:
 
 
 @functools.lru_cache(maxsize=None)
-def _torch_arg_names(torch_class: type) -> Tuple[str, ...]:
+def torch_arg_names(torch_class: type) -> Tuple[str, ...]:
     return tuple(name for name in inspect.signature(
         torch_class.__init__).parameters if name not in _NOT_ARGUMENTS)

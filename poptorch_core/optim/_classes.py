@@ -14,7 +14,7 @@ import torch
 from .._logging import logger
 from ._algorithms import init_state, update
 from ._base import Optimizer
-from ._types import _OptimizerType
+from ._types import OptimizerType
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LAMB"]
 
@@ -301,8 +301,8 @@ class LAMB(Optimizer, torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        kind = (_OptimizerType.LAMB
-                if self.bias_correction else _OptimizerType.LAMB_NO_BIAS)
+        kind = (OptimizerType.LAMB
+                if self.bias_correction else OptimizerType.LAMB_NO_BIAS)
         attrs = vars(self)
         for group in self.param_groups:
             for param in group["params"]:

@@ -21,9 +21,7 @@ Example::
 """
 from typing import Any, Dict, Iterator, List, Tuple
 
-from .._impl import _cpp_error
-
-__all__: List[str] = []
+from .._impl import cpp_error
 
 _Description = Dict[str, Any]
 
@@ -53,7 +51,7 @@ def check_constant_attributes(compiled: _Description,
             continue
         new_value, new_constant = current[(where, name)]
         if new_value != value or not new_constant:
-            raise _cpp_error(
+            raise cpp_error(
                 f"Cannot change the constant optimizer attribute {name}"
                 f"{where} from {value!r} to {new_value!r}: constant "
                 "attributes are compiled into the executable. Make it "

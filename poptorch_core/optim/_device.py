@@ -45,9 +45,7 @@ from ._algorithms import init_state, popart_names, slots, storage_dtype, \
 from ._loss_scaling import AutomaticLossScaling
 from ._packed import PackedGroup
 from ._resolve import ResolvedOptimizer, resolve_optimizer
-from ._types import _OptimizerType
-
-__all__ = []
+from ._types import OptimizerType
 
 _LOSS_SCALE_UPDATE_FACTOR = "lossScaleUpdateFactor"
 _Group = Tuple[Dict[str, object], List[int]]
@@ -97,8 +95,8 @@ class DeviceOptimizer:
         self.update_from_host(host_optimizer)
 
     @property
-    def optimizer_type(self) -> _OptimizerType:
-        """The device optimizer running (e.g. ``_OptimizerType.SGD2``)."""
+    def optimizer_type(self) -> OptimizerType:
+        """The device optimizer running (e.g. ``OptimizerType.SGD2``)."""
         return self._resolved.kind
 
     @property
@@ -408,13 +406,13 @@ class DeviceOptimizer:
             if kind.family == "sgd":
                 # The separate variant scales the velocity by the loss scale.
                 velocity = hp["velocity_scaling"] \
-                    if kind == _OptimizerType.SGD1 else loss_scaling
+                    if kind == OptimizerType.SGD1 else loss_scaling
                 parts.append(f"defaultVelocityScaling={velocity:g}")
             logger.debug("Updating group %d optimizer with %s: %s", index,
                          kind.name, ", ".join(parts))
 
 
-def _param_tensors(kind: _OptimizerType, hp: Mapping[str, object],
+def _param_tensors(kind: OptimizerType, hp: Mapping[str, object],
                    param_name: str,
                    loss_scaling: float) -> Dict[str, torch.Tensor]:
     """The derived hyper-parameter tensors PopART keeps for one weight."""

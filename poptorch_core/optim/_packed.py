@@ -10,7 +10,7 @@ torch's fused kernel makes one pass over the buffers instead of eight,
 equal to
 the rule within float rounding rather than bit for bit. Where a step is
 one micro-batch, that backend applies the kernel's rule inside its compiled
-training graph instead (``executor._adam_in_graph``), on these same flat
+training graph instead (``Program.adam_in_graph``), on these same flat
 buffers.
 
 Invariant: while a :class:`PackedGroup` is alive, every parameter of the
@@ -32,7 +32,7 @@ Example::
     ...            "step": torch.tensor(0.0)} for p in params]
     >>> hp = {"lr": 0.1, "betas": (0.9, 0.999), "eps": 1e-8,
     ...       "weight_decay": 0.0}
-    >>> group = PackedGroup.pack(_OptimizerType.ADAM, params, states, hp)
+    >>> group = PackedGroup.pack(OptimizerType.ADAM, params, states, hp)
     >>> params[0].untyped_storage().data_ptr() == group.param.data_ptr()
     True
     >>> for p in params:
@@ -48,20 +48,18 @@ from typing import List, Optional, Sequence
 import torch
 
 from ._algorithms import HyperParams, State, adam_multi_tensor
-from ._types import _OptimizerType
-
-__all__: list = []
+from ._types import OptimizerType
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 
 #: The kinds whose rule one of torch's fused kernels computes in a single
 #: pass (bias-corrected Adam with L2 weight decay, AdamW with decoupled
 #: weight decay), for groups packed with ``fused=True``.
-_FUSED_KERNELS = {_OptimizerType.ADAM: torch._fused_adam_,
-                  _OptimizerType.ADAMW: torch._fused_adamw_}
+_FUSED_KERNELS = {OptimizerType.ADAM: torch._fused_adam_,
+                  OptimizerType.ADAMW: torch._fused_adamw_}
 
 
-def _packable(kind: _OptimizerType, params: Sequence[torch.Tensor],
+def _packable(kind: OptimizerType, params: Sequence[torch.Tensor],
               states: Sequence[State], hp: HyperParams) -> bool:
     if kind.family != "adam" or hp.get("maximize", False) or not params:
         return False
@@ -93,7 +91,7 @@ class PackedGroup:
     never updated, as torch's optimizers skip parameters without a
     gradient."""
 
-    def __init__(self, kind: _OptimizerType, params: List[torch.Tensor],
+    def __init__(self, kind: OptimizerType, params: List[torch.Tensor],
                  states: List[State], frozen: List[torch.Tensor],
                  fused: bool = False):
         self.kind = kind
@@ -127,7 +125,7 @@ class PackedGroup:
         self._grad_views = _flat_views(self.grad, params)
 
     @classmethod
-    def pack(cls, kind: _OptimizerType, params: List[torch.Tensor],
+    def pack(cls, kind: OptimizerType, params: List[torch.Tensor],
              states: List[State], hp: HyperParams, fused: bool = False
              ) -> Optional["PackedGroup"]:
         """Packs the group's trainable parameters, or returns None

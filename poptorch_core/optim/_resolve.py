@@ -12,7 +12,7 @@ Example::
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     >>> resolved = resolve_optimizer(opt)
     >>> resolved.kind, resolved.attributes["loss_scaling"]
-    (<_OptimizerType.SGD2: 'sgd2'>, 1.0)
+    (<OptimizerType.SGD2: 'sgd2'>, 1.0)
 """
 import dataclasses
 from typing import Any, Dict, List, Tuple
@@ -21,9 +21,7 @@ import torch
 
 from ._classes import LAMB
 from ._types import ALL_OPTIMIZER_ATTRIBUTES, EXTRA_DEFAULTS, FAMILY_ATTRIBUTES, \
-    FAMILY_GROUP_ATTRIBUTES, GROUP_DEFAULTS, _OptimizerType, check_accum_type
-
-__all__ = []
+    FAMILY_GROUP_ATTRIBUTES, GROUP_DEFAULTS, OptimizerType, check_accum_type
 
 _SUPPORTED = ("torch.optim.SGD", "torch.optim.Adam", "torch.optim.AdamW",
               "torch.optim.RMSprop", "poptorch.optim.LAMB")
@@ -40,7 +38,7 @@ class ResolvedOptimizer:
         groups: the hyper-parameters of each parameter group.
         params: the host parameters of each group.
     """
-    kind: _OptimizerType
+    kind: OptimizerType
     attributes: Dict[str, Any]
     defaults: Dict[str, Any]
     groups: Tuple[Dict[str, Any], ...]
@@ -83,7 +81,7 @@ def resolve_optimizer(optimizer: torch.optim.Optimizer) -> ResolvedOptimizer:
                      for group in optimizer.param_groups))
 
 
-def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
+def optimizer_kind(optimizer: torch.optim.Optimizer) -> OptimizerType:
     """The device optimizer type for ``optimizer`` (PopTorch's mapping)."""
     if isinstance(optimizer, type):
         package = {"torch": "torch.optim.", "poptorch_core":
@@ -97,26 +95,26 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> _OptimizerType:
     if isinstance(optimizer, torch.optim.SGD):
         if getattr(optimizer, "use_combined_accum",
                    EXTRA_DEFAULTS["use_combined_accum"]):
-            return _OptimizerType.SGD1
-        return _OptimizerType.SGD2
+            return OptimizerType.SGD1
+        return OptimizerType.SGD2
     if isinstance(optimizer, torch.optim.Adam):
         # torch 2.13's AdamW is an Adam with decoupled weight decay, and
         # Adam(decoupled_weight_decay=True) is the same algorithm.
         if not _common_group_flag(
                 optimizer, "decoupled_weight_decay",
                 default=isinstance(optimizer, torch.optim.AdamW)):
-            return _OptimizerType.ADAM
+            return OptimizerType.ADAM
         if getattr(optimizer, "bias_correction", True):
-            return _OptimizerType.ADAMW
-        return _OptimizerType.ADAMW_NO_BIAS
+            return OptimizerType.ADAMW
+        return OptimizerType.ADAMW_NO_BIAS
     if isinstance(optimizer, torch.optim.RMSprop):
         if _common_group_flag(optimizer, "centered"):
-            return _OptimizerType.RMSPROP_CENTERED
-        return _OptimizerType.RMSPROP
+            return OptimizerType.RMSPROP_CENTERED
+        return OptimizerType.RMSPROP
     if isinstance(optimizer, LAMB):
         if getattr(optimizer, "bias_correction", True):
-            return _OptimizerType.LAMB
-        return _OptimizerType.LAMB_NO_BIAS
+            return OptimizerType.LAMB
+        return OptimizerType.LAMB_NO_BIAS
     raise AssertionError(
         "Unsupported optimizer type. Types supported "
         f"{list(_SUPPORTED)}")

@@ -11,10 +11,8 @@ from typing import Any, Dict, Tuple
 
 import torch
 
-__all__ = []
 
-
-class _OptimizerType(enum.Enum):
+class OptimizerType(enum.Enum):
     """The device optimizer that PopTorch selects for a host optimizer.
 
     ``SGD1`` is SGD with combined accumulator and momentum, ``SGD2`` the
@@ -37,15 +35,15 @@ class _OptimizerType(enum.Enum):
 
 
 _FAMILIES = {
-    _OptimizerType.SGD1: "sgd",
-    _OptimizerType.SGD2: "sgd",
-    _OptimizerType.ADAM: "adam",
-    _OptimizerType.ADAMW: "adam",
-    _OptimizerType.ADAMW_NO_BIAS: "adam",
-    _OptimizerType.RMSPROP: "rmsprop",
-    _OptimizerType.RMSPROP_CENTERED: "rmsprop",
-    _OptimizerType.LAMB: "lamb",
-    _OptimizerType.LAMB_NO_BIAS: "lamb",
+    OptimizerType.SGD1: "sgd",
+    OptimizerType.SGD2: "sgd",
+    OptimizerType.ADAM: "adam",
+    OptimizerType.ADAMW: "adam",
+    OptimizerType.ADAMW_NO_BIAS: "adam",
+    OptimizerType.RMSPROP: "rmsprop",
+    OptimizerType.RMSPROP_CENTERED: "rmsprop",
+    OptimizerType.LAMB: "lamb",
+    OptimizerType.LAMB_NO_BIAS: "lamb",
 }
 
 #: Defaults of every PopTorch-only argument (``None`` means "this default").

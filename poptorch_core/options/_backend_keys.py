@@ -23,10 +23,8 @@ from typing import Any, List, Optional, Set
 
 import torch
 
-from .._impl import _cpp_error
+from .._impl import cpp_error
 from .._logging import logger
-
-__all__: List[str] = []
 
 #: PopART SessionOptions names (and the ones PopTorch's setters use).
 KNOWN_OPTIONS = frozenset("""
@@ -93,7 +91,7 @@ def unknown_type(value: Any) -> Optional[type]:
 
 def unknown_type_error(key: str, bad: type) -> Exception:
     """PopART's error for a value it cannot represent, with the fix."""
-    return _cpp_error(
+    return cpp_error(
         f"Unknown value type {bad.__name__} for option {key}: backend "
         "options take bools, numbers, strings, enums and torch dtypes, or "
         "lists and string-keyed dicts of them. Pass the value in one of "
@@ -112,7 +110,7 @@ def check_backend_option(key: str, value: Any) -> None:
     close = difflib.get_close_matches(key, KNOWN_OPTIONS, n=1,
                                       cutoff=_MISSPELLING_CUTOFF)
     if close:
-        raise _cpp_error(
+        raise cpp_error(
             f"Unknown backend option {key!r}: did you mean {close[0]!r}? "
             f"Use opts._Popart.set({close[0]!r}, ...).")
     if key not in _warned:

@@ -26,8 +26,6 @@ from .._logging import logger
 from ..errors import public_class
 from ._backend_keys import check_backend_option
 
-__all__ = []
-
 _FROZEN_MSG = "Can't modify frozen Options"
 
 # Value types PopART accepts for a session/engine option; anything else

@@ -26,7 +26,7 @@ from ._dict import OptionsDict, _PopartOptions
 __all__ = ["TensorLocationSettings"]
 
 
-def _assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
+def assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
                  what: str) -> None:
     """Asserts ``value`` has the ``expected`` type (bools are not ints)."""
     types = expected if isinstance(expected, tuple) else (expected, )
@@ -45,7 +45,7 @@ def _assert_type(value: Any, expected: Union[Type, Tuple[Type, ...]],
 MAX_COUNT = 2**31 - 1
 
 
-def _check_positive(option: str, value: Any) -> None:
+def check_positive(option: str, value: Any) -> None:
     if value < 1:
         raise ValueError(f"{option} must be a positive integer (got {value})")
     if value > MAX_COUNT:
@@ -79,7 +79,7 @@ class _TrainingOptions(OptionsDict):
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option == "gradient_accumulation":
-            _check_positive(option, value)
+            check_positive(option, value)
 
     def gradientAccumulation(self,
                              gradient_accumulation: int) -> "_TrainingOptions":
@@ -104,21 +104,21 @@ class _TrainingOptions(OptionsDict):
     ) -> "_TrainingOptions":
         """When a Mean reduction divides: ``Running`` or ``Post``
         (``PostAndLoss`` is deprecated). Only affects numerics."""
-        _assert_type(mean_reduction_strategy, enums.MeanReductionStrategy,
+        assert_type(mean_reduction_strategy, enums.MeanReductionStrategy,
                      "mean_reduction_strategy")
         return self.set(meanAccumulationAndReplicationReductionStrategy=
                         mean_reduction_strategy)
 
     def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":
         """Enables automatic loss scaling (backend metadata)."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         self._popart_options.set("automaticLossScalingSettings.enabled",
                                  enabled)
         return self
 
     def setConvolutionDithering(self, enabled: bool) -> "_TrainingOptions":
         """Enables convolution dithering (backend metadata)."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         _merge_convolution_option(self._popart_options, "enableConvDithering",
                                   enabled)
         return self
@@ -172,13 +172,13 @@ class _PrecisionOptions(OptionsDict):
     def enableFloatingPointExceptions(self,
                                       enabled: bool) -> "_PrecisionOptions":
         """Raise on floating point errors on hardware (metadata here)."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         self._popart_options.set("enableFloatingPointChecks", enabled)
         return self
 
     def enableStochasticRounding(self, enabled: bool) -> "_PrecisionOptions":
         """Stochastic rounding of half values on hardware (metadata here)."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         self._popart_options.set("enableStochasticRounding", enabled)
         return self
 
@@ -221,7 +221,7 @@ class TensorLocationSettings(OptionsDict):
     def minElementsForOffChip(self,
                               min_elements: int) -> "TensorLocationSettings":
         """Tensors with fewer elements always stay on chip."""
-        _assert_type(min_elements, int, "min_elements")
+        assert_type(min_elements, int, "min_elements")
         if min_elements < 0:
             raise AssertionError("min_elements must be >= 0")
         return self.createOrSet(minElementsForOffChip=min_elements)
@@ -229,7 +229,7 @@ class TensorLocationSettings(OptionsDict):
     def minElementsForReplicatedTensorSharding(
             self, min_elements: int) -> "TensorLocationSettings":
         """Tensors with fewer elements are never sharded across replicas."""
-        _assert_type(min_elements, int, "min_elements")
+        assert_type(min_elements, int, "min_elements")
         if min_elements < 0:
             raise AssertionError("min_elements must be >= 0")
         return self.createOrSet(
@@ -241,23 +241,23 @@ class TensorLocationSettings(OptionsDict):
         restores the default."""
         if use is None:
             return self.deleteIfExists("onChip")
-        _assert_type(use, bool, "use")
+        assert_type(use, bool, "use")
         return self.createOrSet(onChip=int(use))
 
     def useReplicatedTensorSharding(
             self, use: bool = True) -> "TensorLocationSettings":
         """Shard these tensors across replicas."""
-        _assert_type(use, bool, "use")
+        assert_type(use, bool, "use")
         return self.createOrSet(useReplicatedTensorSharding=int(use))
 
     def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":
         """Load these tensors through the IO tiles."""
-        _assert_type(use, bool, "use")
+        assert_type(use, bool, "use")
         return self.createOrSet(useIOTilesToLoad=int(use))
 
     def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":
         """Store these tensors through the IO tiles."""
-        _assert_type(use, bool, "use")
+        assert_type(use, bool, "use")
         return self.createOrSet(useIOTilesToStore=int(use))
 
 
@@ -277,7 +277,7 @@ class _TensorLocationOptions(OptionsDict):
 
     def numIOTiles(self, num_tiles: int) -> "_TensorLocationOptions":
         """Number of tiles reserved for IO: even, between 32 and 192."""
-        _assert_type(num_tiles, int, "num_tiles")
+        assert_type(num_tiles, int, "num_tiles")
         if not (32 <= num_tiles <= 192 and num_tiles % 2 == 0):
             raise AssertionError(
                 "numIOTiles must be an even number between 32 and 192.")
@@ -379,8 +379,8 @@ class _DistributedOptions(OptionsDict):
     def configureProcessId(self, process_id: int,
                            num_processes: int) -> "_DistributedOptions":
         """Sets this process's id and the number of processes."""
-        _assert_type(process_id, int, "process_id")
-        _assert_type(num_processes, int, "num_processes")
+        assert_type(process_id, int, "process_id")
+        assert_type(num_processes, int, "num_processes")
         if num_processes < 1:
             raise ValueError(
                 f"num_processes must be at least 1 (got {num_processes})")

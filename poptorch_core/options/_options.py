@@ -23,10 +23,10 @@ from .._logging import logger
 from ..errors import public_class
 from ._config import ConfigFileError, apply_json, load_from_file
 from ._dict import OptionsDict, _PopartOptions
-from ._progress import _CompilationProgressBar
-from ._simulator import _SimulatorOptions, check_ipu_version
-from ._namespaces import (TensorLocationSettings, _assert_type,
-                           _check_positive, _DistributedOptions, _JitOptions,
+from ._progress import CompilationProgressBar
+from ._simulator import SimulatorOptions, check_ipu_version
+from ._namespaces import (TensorLocationSettings, assert_type,
+                           check_positive, _DistributedOptions, _JitOptions,
                            _PrecisionOptions, _TensorLocationOptions,
                            _TrainingOptions)
 
@@ -83,7 +83,7 @@ class Options(OptionsDict):
 
         >>> opts = poptorch.Options()
         >>> opts.deviceIterations(2).Simulator.backend("compile")
-        _SimulatorOptions(execution_backend='compile', ...)
+        SimulatorOptions(execution_backend='compile', ...)
         >>> model = poptorch.inferenceModel(torch.nn.Linear(4, 2), opts)
         >>> model.options.device_iterations
         2
@@ -96,7 +96,7 @@ class Options(OptionsDict):
         self._tensor_locations = _TensorLocationOptions()
         self._distributed = _DistributedOptions()
         self._jit = _JitOptions()
-        self._simulator = _SimulatorOptions()
+        self._simulator = SimulatorOptions()
         self._execution_strategy: _IExecutionStrategy = PipelinedExecution(
             enums.AutoStage.SameAsIpu)
         self._relax_optimizer_checks = False
@@ -104,7 +104,7 @@ class Options(OptionsDict):
         self._module_namescope_enabled = True
         self._source_location_excludes = list(
             _DEFAULT_SOURCE_LOCATION_EXCLUDES)
-        self._progress_bar = _CompilationProgressBar()
+        self._progress_bar = CompilationProgressBar()
         super().__init__(
             replication_factor=1,
             input_group_size=1,
@@ -149,7 +149,7 @@ class Options(OptionsDict):
 
     def _checkValue(self, option: str, value: Any) -> None:
         if option in _POSITIVE_OPTIONS:
-            _check_positive(option, value)
+            check_positive(option, value)
 
     # Read access for the simulator's modules ------------------------------
     # PopTorch keeps these private; the executor, the tracer and the
@@ -227,7 +227,7 @@ class Options(OptionsDict):
         return self._popart
 
     @property
-    def Simulator(self) -> _SimulatorOptions:
+    def Simulator(self) -> SimulatorOptions:
         """Settings of the simulated IPU (backend, host device, version)."""
         return self._simulator
 
@@ -247,15 +247,15 @@ class Options(OptionsDict):
                              ) -> "Options":
         """Replicas in a group of ``input_group_size`` receive the same
         input data; ``input_group_type`` says how groups are formed."""
-        _assert_type(input_group_type, enums.CommGroupType,
+        assert_type(input_group_type, enums.CommGroupType,
                      "input_group_type")
         if input_group_type == enums.CommGroupType.NoGrouping:
             input_group_size = 1
             input_group_type = enums.CommGroupType.Consecutive
         if input_group_type == enums.CommGroupType.All:
             raise ValueError("input_group_type cannot be All")
-        _assert_type(input_group_size, int, "input_group_size")
-        _check_positive("input_group_size", input_group_size)
+        assert_type(input_group_size, int, "input_group_size")
+        check_positive("input_group_size", input_group_size)
         if input_group_size > self.replication_factor:
             raise ValueError(
                 "input_group_size cannot be larger than replication_factor "
@@ -309,8 +309,8 @@ class Options(OptionsDict):
         inherits the model's. Returns the options (upstream returned None).
         """
         self.checkIsFrozen()
-        _assert_type(short_name, str, "short_name")
-        _assert_type(long_name, str, "long_name")
+        assert_type(short_name, str, "short_name")
+        assert_type(long_name, str, "long_name")
         if output_mode is not None:
             if not isinstance(output_mode, enums.OutputMode):
                 raise AssertionError(
@@ -331,29 +331,29 @@ class Options(OptionsDict):
     def connectionType(self,
                        connection_type: enums.ConnectionType) -> "Options":
         """When to attach to the device (``Never``: compile only)."""
-        _assert_type(connection_type, enums.ConnectionType, "connection_type")
+        assert_type(connection_type, enums.ConnectionType, "connection_type")
         return self.set(connection_type=connection_type.value)
 
     def syncPattern(self, sync_pattern: enums.SyncPattern) -> "Options":
         """Host synchronisation pattern (metadata on the simulator)."""
-        _assert_type(sync_pattern, enums.SyncPattern, "sync_pattern")
+        assert_type(sync_pattern, enums.SyncPattern, "sync_pattern")
         return self.set(sync_pattern=sync_pattern.value)
 
     def useIpuId(self, ipu_id: int) -> "Options":
         """Runs on the IPU (or multi-IPU) with this id."""
-        _assert_type(ipu_id, int, "ipu_id")
+        assert_type(ipu_id, int, "ipu_id")
         return self.createOrSet(ipu_id=ipu_id)
 
     def useIpuModel(self, use_model: bool) -> "Options":
         """Runs on the IPU Model (takes precedence over
         ``POPTORCH_IPU_MODEL``)."""
-        _assert_type(use_model, bool, "use_model")
+        assert_type(use_model, bool, "use_model")
         return self.createOrSet(use_model=use_model)
 
     def useOfflineIpuTarget(self, ipu_version: int = 2) -> "Options":
         """Compiles for an IPU of ``ipu_version`` (1, 2 or 21) without
         attaching: the model can be compiled and saved but not run."""
-        _assert_type(ipu_version, int, "ipu_version")
+        assert_type(ipu_version, int, "ipu_version")
         check_ipu_version(ipu_version)
         self.connectionType(enums.ConnectionType.Never)
         return self.createOrSet(ipu_version=ipu_version)
@@ -367,7 +367,7 @@ class Options(OptionsDict):
             self, available_memory_proportion: Dict[str, float]) -> "Options":
         """Proportion of tile memory available for temporary values, per
         IPU: ``{"IPU0": 0.5, "IPU1": 0.3}``."""
-        _assert_type(available_memory_proportion, dict,
+        assert_type(available_memory_proportion, dict,
                      "available_memory_proportion")
         proportions = {}
         for key, proportion in available_memory_proportion.items():
@@ -377,7 +377,7 @@ class Options(OptionsDict):
                     "Available memory proportions are expected to be in "
                     "a dictionary of {\"IPU0\": 0.5} where the 0 in IPU "
                     f"is the index of the IPU. Invalid key: {key}")
-            _assert_type(proportion, (float, int), f"proportion of {key}")
+            assert_type(proportion, (float, int), f"proportion of {key}")
             if not 0 < proportion <= 1:
                 raise ValueError(f"Available memory proportion of {key} must "
                                  f"be in (0, 1] (got {proportion})")
@@ -403,7 +403,7 @@ class Options(OptionsDict):
         """Seeds the device's random generator; also calls
         ``torch.manual_seed(random_seed)``. The seed is a 64-bit integer
         (as torch takes it: from ``-2**63`` to ``2**64 - 1``)."""
-        _assert_type(random_seed, int, "random_seed")
+        assert_type(random_seed, int, "random_seed")
         if not -2**63 <= random_seed < 2**64:
             raise ValueError(
                 f"random_seed ({random_seed}) does not fit 64 bits: use a "
@@ -418,26 +418,26 @@ class Options(OptionsDict):
         if path is None:
             self._Popart.set("enableEngineCaching", False)
             return self
-        _assert_type(path, (str, os.PathLike), "path")
+        assert_type(path, (str, os.PathLike), "path")
         self._Popart.set("cachePath", os.fspath(path))
         self._Popart.set("enableEngineCaching", True)
         return self
 
     def enableStableNorm(self, enabled: bool) -> "Options":
         """Numerically stable (slower) normalisation statistics."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         self._Popart.set("enableStableNorm", enabled)
         return self
 
     def enableSyntheticData(self, enabled: bool) -> "Options":
         """Replaces host IO with synthetic data (benchmarking)."""
-        _assert_type(enabled, bool, "enabled")
+        assert_type(enabled, bool, "enabled")
         self._Popart.set("syntheticDataMode", 2 if enabled else 0)
         return self
 
     def logCycleCount(self, log_cycle_count: bool) -> "Options":
         """Instruments the program with a cycle counter (hardware only)."""
-        _assert_type(log_cycle_count, bool, "log_cycle_count")
+        assert_type(log_cycle_count, bool, "log_cycle_count")
         self._Popart.set("instrumentWithHardwareCycleCounter",
                          log_cycle_count)
         return self
@@ -471,7 +471,7 @@ class Options(OptionsDict):
 
     def logDir(self, log_dir: PathLike) -> "Options":
         """Directory for logs and reports."""
-        _assert_type(log_dir, (str, os.PathLike), "log_dir")
+        assert_type(log_dir, (str, os.PathLike), "log_dir")
         return self.set(log_dir=os.fspath(log_dir))
 
     def maxRepeatLogs(self, max_lines: Optional[int]) -> "Options":
@@ -482,7 +482,7 @@ class Options(OptionsDict):
 
     def modelName(self, name: str) -> "Options":
         """Name of the model in reports (default "inference"/"training")."""
-        _assert_type(name, str, "name")
+        assert_type(name, str, "name")
         return self.createOrSet(model_name=name)
 
     def sourceLocationExcludes(self, excludes: List[str]) -> "Options":
@@ -505,14 +505,14 @@ class Options(OptionsDict):
     def showCompilationProgressBar(self, show: bool = True) -> "Options":
         """Shows a progress bar while compiling (needed by
         ``compilationTime()``)."""
-        _assert_type(show, bool, "show")
+        assert_type(show, bool, "show")
         self._show_compilation_progress_bar = show
         return self
 
     def relaxOptimizerAttributesChecks(self, relax: bool = True) -> "Options":
         """Unexpected optimizer attributes are logged at debug level
         instead of warning."""
-        _assert_type(relax, bool, "relax")
+        assert_type(relax, bool, "relax")
         self._relax_optimizer_checks = relax
         return self
 

@@ -3,7 +3,7 @@
 The backend calls it with ``(progress, total)`` while it compiles; the bar
 shows progress with tqdm and records how long the compilation took. The
 executor drives it over each call that compiles
-(``executor/_compile_progress.py``).
+(``_executor/compile_progress.py``).
 
 A compilation that ends within :data:`SHOW_AFTER_S` seconds prints nothing:
 tracing a model takes under a second, and most compilations are just that
@@ -14,7 +14,7 @@ started.
 
 Example::
 
-    >>> bar = _CompilationProgressBar()
+    >>> bar = CompilationProgressBar()
     >>> bar(0, 100); bar(100, 100)
     >>> isinstance(bar.compilation_time, datetime.timedelta)
     True
@@ -23,13 +23,11 @@ import datetime
 import threading
 from typing import Any, Dict, Optional
 
-__all__ = []
-
 #: Seconds a compilation runs before its bar appears.
 SHOW_AFTER_S = 2.0
 
 
-class _CompilationProgressBar:
+class CompilationProgressBar:
     """Callable ``(progress, total)`` showing a tqdm bar.
 
     ``compilation_time`` is a ``datetime.timedelta`` once ``progress``
@@ -78,12 +76,12 @@ class _CompilationProgressBar:
     def __getstate__(self) -> Dict[str, Any]:
         return {**self.__dict__, "_bar": None, "_timer": None}
 
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "_CompilationProgressBar":
-        copied = _CompilationProgressBar()
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "CompilationProgressBar":
+        copied = CompilationProgressBar()
         copied._start = self._start
         copied.compilation_time = self.compilation_time
         return copied
 
     def __repr__(self) -> str:
-        return (f"_CompilationProgressBar(compilation_time="
+        return (f"CompilationProgressBar(compilation_time="
                 f"{self.compilation_time})")

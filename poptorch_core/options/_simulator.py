@@ -18,8 +18,6 @@ import torch
 from ..errors import public_class
 from ._dict import OptionsDict
 
-__all__ = []
-
 #: Execution backends of the simulator: ``interpret`` runs the traced graph
 #: as is, ``compile`` compiles it with inductor once per executable, and
 #: ``auto`` (the default) runs ``interpret`` while ``compile``'s step builds
@@ -55,7 +53,7 @@ def _check_choice(option: str, value: str, valid: Tuple[str, ...]) -> None:
 
 
 @public_class
-class _SimulatorOptions(OptionsDict):
+class SimulatorOptions(OptionsDict):
     """Simulator settings: execution backend, host device, IPU version,
     memory check, host memory and the distributed timeout.
 
@@ -79,7 +77,7 @@ class _SimulatorOptions(OptionsDict):
 
         >>> opts = poptorch.Options()
         >>> opts.Simulator.backend("compile").hostDevice("cpu")
-        _SimulatorOptions(execution_backend='compile', host_device='cpu', ...)
+        SimulatorOptions(execution_backend='compile', host_device='cpu', ...)
     """
 
     def __init__(self):
@@ -111,7 +109,7 @@ class _SimulatorOptions(OptionsDict):
             raise ValueError("Simulator.distributedTimeout takes a positive "
                              f"number of seconds, got {value!r}")
 
-    def backend(self, name: str) -> "_SimulatorOptions":
+    def backend(self, name: str) -> "SimulatorOptions":
         """Execution backend: ``"interpret"`` runs the traced graph op by
         op (starts at once), ``"compile"`` compiles it with inductor on the
         first call (seconds to start, faster steps), and ``"auto"`` (the
@@ -120,16 +118,16 @@ class _SimulatorOptions(OptionsDict):
         weights, optimizer state and RNG stream as they are."""
         return self.set(execution_backend=name)
 
-    def hostDevice(self, device: str) -> "_SimulatorOptions":
+    def hostDevice(self, device: str) -> "SimulatorOptions":
         """Host device the simulated IPU computes on: ``"cpu"`` or
         ``"cuda"``."""
         return self.set(host_device=device)
 
-    def ipuVersion(self, version: int) -> "_SimulatorOptions":
+    def ipuVersion(self, version: int) -> "SimulatorOptions":
         """Simulated IPU generation: 1, 2 or 21 (Bow)."""
         return self.set(ipu_version=version)
 
-    def memoryCheck(self, mode: str) -> "_SimulatorOptions":
+    def memoryCheck(self, mode: str) -> "SimulatorOptions":
         """What compiling a model that does not fit the simulated IPU does:
         ``"error"`` raises ``poptorch.Error`` naming the IPU, the memory
         needed and available and the largest consumers, as an IPU
@@ -137,7 +135,7 @@ class _SimulatorOptions(OptionsDict):
         runs the model on the host anyway; ``"off"`` says nothing."""
         return self.set(memory_check=mode)
 
-    def hostMemoryPool(self, enabled: bool = True) -> "_SimulatorOptions":
+    def hostMemoryPool(self, enabled: bool = True) -> "SimulatorOptions":
         """Keep freed host memory for reuse instead of returning it to the
         OS after every step, as the IPU reserves its memory once (default:
         on). With glibc's ``malloc`` (Linux) a training step otherwise
@@ -151,7 +149,7 @@ class _SimulatorOptions(OptionsDict):
         """
         return self.set(host_memory_pool=enabled)
 
-    def distributedTimeout(self, seconds: float) -> "_SimulatorOptions":
+    def distributedTimeout(self, seconds: float) -> "SimulatorOptions":
         """How long the processes of a distributed run
         (``Options.Distributed``) wait for each other, in seconds (default
         60). When a process dies or hangs, the others raise

@@ -17,7 +17,7 @@ from typing import (Any, Dict, Iterable, List, NamedTuple, Optional,
                     Sequence, Tuple, Union)
 
 from .. import enums
-from .._impl import _cpp_error
+from .._impl import cpp_error
 
 __all__ = [
     "Stage", "Phase", "PipelinedExecution", "ShardedExecution",
@@ -30,14 +30,14 @@ SeenBlock = Tuple[str, Optional[int]]
 Placement = Tuple[int, int]
 
 
-def _check_ipu_id(ipu_id: Any, what: str = "ipu_id") -> None:
+def check_ipu_id(ipu_id: Any, what: str = "ipu_id") -> None:
     if ipu_id is not None and (not isinstance(ipu_id, int)
                                or isinstance(ipu_id, bool) or ipu_id < 0):
         raise ValueError(f"{what} must be a non-negative int or None (got "
                          f"{ipu_id!r})")
 
 
-def _record_block(blocks: Dict[str, Optional[int]], block_id: str,
+def record_block(blocks: Dict[str, Optional[int]], block_id: str,
                   ipu_id: Optional[int]) -> None:
     """Adds a sighting of ``block_id`` to ``blocks`` (first-seen order).
 
@@ -46,7 +46,7 @@ def _record_block(blocks: Dict[str, Optional[int]], block_id: str,
     """
     known = blocks.get(block_id)
     if known is not None and ipu_id is not None and known != ipu_id:
-        raise _cpp_error(
+        raise cpp_error(
             f"Block '{block_id}' was started on IPU {known} and again on IPU "
             f"{ipu_id}: give each placement its own block id")
     if known is None:
@@ -57,7 +57,7 @@ def _unique_blocks(seen_blocks: Iterable[SeenBlock]
                    ) -> Dict[str, Optional[int]]:
     blocks: Dict[str, Optional[int]] = {}
     for block_id, ipu_id in seen_blocks:
-        _record_block(blocks, block_id, ipu_id)
+        record_block(blocks, block_id, ipu_id)
     return blocks
 
 
@@ -84,7 +84,7 @@ class Stage:
 
     def ipu(self, ipu: int) -> "Stage":
         """Runs this stage on ``ipu`` (overrides the blocks' ``ipu_id``)."""
-        _check_ipu_id(ipu, "ipu")
+        check_ipu_id(ipu, "ipu")
         self._ipu = ipu
         return self
 
@@ -406,10 +406,10 @@ class ParallelPhasedExecution(_IPhasedExecution):
     def _validatePlacements(self, placements: Dict[str, Placement]) -> None:
         if self._tensors_liveness in (enums.Liveness.OffChipAfterFwdNoOverlap,
                                       enums.Liveness.OffChipAfterEachPhase):
-            raise _cpp_error("This is only supported for serial phase "
+            raise cpp_error("This is only supported for serial phase "
                              "execution")
         for block_id, (_, ipu_id) in placements.items():
             if self._phaseOf(block_id) % 2 != ipu_id % 2:
-                raise _cpp_error(
+                raise cpp_error(
                     "When phases are executed in parallel: even phases must "
                     "run on even IPUs and odd phases on odd IPUs")

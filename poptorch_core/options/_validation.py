@@ -18,11 +18,9 @@ Example::
 """
 from typing import Iterable, List
 
-from .._impl import _cpp_error
+from .._impl import cpp_error
 from ._backend_keys import unknown_type, unknown_type_error
 from ._options import Options
-
-__all__: List[str] = []
 
 def validate_backend_options(options: Options,
                              buffer_names: Iterable[str]) -> None:
@@ -35,6 +33,6 @@ def validate_backend_options(options: Options,
     buffers = set(buffer_names)
     for name in options.popartOption("updatableNamedBuffers") or []:
         if name not in buffers:
-            raise _cpp_error(
+            raise cpp_error(
                 f"updatableNamedBuffers: the model has no buffer named "
                 f"'{name}'. Its buffers are {sorted(buffers)}.")

@@ -35,8 +35,6 @@ from .._padding.validate import check_local_indices, check_same_shapes
 from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
 from ..common import DataBatch as _DATA_BATCH
 
-__all__: List[str] = []
-
 
 def _values_ok(column: List[Any]) -> bool:
     """True when PyG lists the non-tensor values of ``column`` or makes

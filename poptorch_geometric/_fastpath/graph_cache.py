@@ -31,8 +31,6 @@ from torch_geometric.data import InMemoryDataset
 
 from .storage import GraphStorage, unwrap_subsets
 
-__all__: List[str] = []
-
 
 class GraphList(list):
     """A list of graphs that knows where they sit in a dataset's storage.

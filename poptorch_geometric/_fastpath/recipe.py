@@ -69,8 +69,6 @@ from .._padding.plan import (AttrSpec, Level, graph_spec, split_evenly,
 from ..common import DataBatch as _DATA_BATCH
 from .collate import _ptr, _values_ok
 
-__all__: List[str] = []
-
 #: Dtypes of index keys whose node offsets a recipe adds (PyG's sum with a
 #: 0-dim int64 tensor keeps them).
 _OFFSET_DTYPES = (torch.int32, torch.int64)

@@ -37,8 +37,6 @@ from torch_geometric.data import Data, Dataset, InMemoryDataset
 
 from .._padding.validate import first_out_of_range, out_of_range_error
 
-__all__: List[str] = []
-
 
 def unwrap_subsets(dataset: Any) -> Tuple[Any, List[np.ndarray]]:
     """The dataset under any ``torch.utils.data.Subset`` wrappers (what

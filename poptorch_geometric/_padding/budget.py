@@ -22,8 +22,6 @@ from .plan import (AttrSpec, Level, PaddingPlan, split_evenly,
                        split_hosted)
 from .sizes import hetero_counts, homogeneous_counts
 
-__all__: List[str] = []
-
 
 @dataclasses.dataclass
 class Room:

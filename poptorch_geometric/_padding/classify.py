@@ -28,8 +28,6 @@ from .columns import Columns
 from .plan import (GLOBAL, AttrSpec, Level, edge_fill, graph_spec,
                        is_incremented, node_fill)
 
-__all__: List[str] = []
-
 _STRIDED = torch.strided
 
 #: Attribute keys that are not padded: PyG batches them specially.

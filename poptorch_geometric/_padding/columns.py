@@ -22,8 +22,6 @@ from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.data.storage import E_KEYS, N_KEYS
 
-__all__: List[str] = []
-
 _DTYPE = operator.attrgetter("dtype")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 

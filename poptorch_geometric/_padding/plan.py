@@ -40,8 +40,6 @@ from torch_geometric.transforms.pad import Padding
 
 from .values import check_finite
 
-__all__: List[str] = []
-
 # Node attributes PyG's ``Pad`` fills with ``mask_pad_value`` (False).
 _MASK_KEYS = ("train_mask", "val_mask", "test_mask")
 

@@ -23,8 +23,6 @@ from torch_geometric.typing import EdgeType, NodeType
 
 from .columns import Columns, cat_dim
 
-__all__: List[str] = []
-
 _STRIDED = torch.strided
 
 

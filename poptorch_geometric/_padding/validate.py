@@ -36,8 +36,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__: List[str] = []
-
 
 def first_out_of_range(indices: Tensor, sizes: Sequence[int],
                        counts: Sequence[int]) -> Optional[Tuple[int, int]]:

@@ -22,8 +22,6 @@ import torch
 from torch_geometric.transforms.pad import MappingPadding, Padding, \
     UniformPadding
 
-__all__: List[str] = []
-
 
 def check_finite(name: str, value: Any) -> None:
     """Raises ``ValueError`` when ``value`` (a number or a tensor) holds a

@@ -18,8 +18,8 @@ from typing import Callable, List, Optional, Sequence
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
-from poptorch_core._files import atomic_write
-from poptorch_core._logging import logger
+from poptorch_core.files import atomic_write
+from poptorch_core import logger
 
 __all__ = ["NCITPSA", "default_root"]
 

@@ -1,5 +1,5 @@
 """The ``compile`` backend's training step with its Adam update in the
-compiled graph (``executor._adam_in_graph``, ``backends._fused_adam``),
+compiled graph (``Program.adam_in_graph``, ``backends.passes.fused_adam``),
 against torch's fused kernel and eager PyTorch training."""
 import copy
 
@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor._adam_in_graph import adam_in_graph
-from poptorch_core.executor.backends._fused_adam import (FusedAdamKey,
+from poptorch_core._executor.backends.passes.fused_adam import (FusedAdamKey,
                                                          adam_coefficients,
                                                          adam_update)
 from poptorch_core.optim._device import DeviceOptimizer
@@ -136,7 +135,7 @@ def _accumulating():
 ], ids=["adam", "adamw", "sgd", "two-groups", "clipping", "accumulation"])
 def test_which_steps_apply_the_update_in_the_graph(factory, opts, fused):
     program = _program_after_one_call(factory, opts() if opts else None)
-    assert (adam_in_graph(program) is not None) == fused
+    assert (program.adam_in_graph() is not None) == fused
     assert bool(program.executable._adam_steps) == fused
 
 

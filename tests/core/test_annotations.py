@@ -8,8 +8,8 @@ import torch
 
 import poptorch_core as poptorch
 from poptorch_core import enums
-from poptorch_core.annotations import _block_tracking, _BeginBlockHook
-from poptorch_core.executor._ipu_count import _ipus_to_reserve
+from poptorch_core.annotations import block_tracking, _BeginBlockHook
+from poptorch_core._executor.pipeline import ipus_to_reserve
 
 
 class _TwoLayers(torch.nn.Module):
@@ -67,14 +67,14 @@ def test_blocks_are_no_ops_on_the_cpu():
 
 def test_tracker_records_with_blocks_and_auto_ids():
     model = _WithBlocks()
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         model(torch.randn(2, 3))
         model(torch.randn(2, 3))  # useAutoId restarts the numbering
     assert tracker.seen_blocks() == [("0", 0), ("1", 1)]
 
 
 def test_tracker_state_transitions():
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         assert tracker.current() is None and tracker.op_block() is None
         poptorch.Block.start("a", 2)
         assert tracker.current() == ("a", 2) == tracker.op_block()
@@ -92,7 +92,7 @@ def test_tracker_state_transitions():
 
 
 def test_tracker_refuses_one_block_on_two_ipus():
-    with _block_tracking():
+    with block_tracking():
         poptorch.Block.start("a", 0)
         with pytest.raises(poptorch.Error, match="Block 'a' was started on "
                            "IPU 0 and again on IPU 1"):
@@ -100,9 +100,9 @@ def test_tracker_refuses_one_block_on_two_ipus():
 
 
 def test_tracking_is_scoped_and_nests():
-    with _block_tracking() as outer:
+    with block_tracking() as outer:
         poptorch.Block.start("outer")
-        with _block_tracking() as inner:
+        with block_tracking() as inner:
             poptorch.Block.start("inner")
         poptorch.Block.start("outer2")
     poptorch.Block.start("ignored")
@@ -122,7 +122,7 @@ def test_block_argument_validation():
     with pytest.raises(TypeError, match="user_id must be a string"):
         poptorch.BlockFunction(True)
     # Numbers are accepted, as PopTorch does; the block id is their str().
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         poptorch.Block.start(3, 1)
         assert tracker.seen_blocks() == [("3", 1)]
 
@@ -141,7 +141,7 @@ def test_begin_block_on_a_module():
     with pytest.raises(poptorch.Error,
                        match="module has already been assigned to a block."):
         poptorch.BeginBlock(model.l2, "again")
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         model(torch.randn(2, 3))
         assert tracker.current() == ("0", 1)  # BeginBlock never ends
 
@@ -151,7 +151,7 @@ def test_begin_block_on_a_function():
     assert isinstance(fn, poptorch.LegacyBeginBlockFn)
     assert (fn._user_id, fn._ipu_id) == ("fn", 3)
     x = torch.randn(3)
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         assert torch.equal(fn(x), x * 2)
     assert tracker.seen_blocks() == [("fn", 3)]
     restored = pickle.loads(pickle.dumps(fn))
@@ -187,7 +187,7 @@ def test_begin_block_hooks_survive_copies_and_saving():
         hooks = list(copied.l2._forward_pre_hooks.values())
         assert [type(h) for h in hooks] == [_BeginBlockHook]
         assert repr(hooks[0]) == "BeginBlock(user_id=second, ipu_id=1)"
-        with _block_tracking() as tracker:
+        with block_tracking() as tracker:
             assert torch.equal(copied(x), model(x))
         assert tracker.seen_blocks() == [("first", 0), ("second", 1)]
 
@@ -205,7 +205,7 @@ def test_remove_blocks():
         assert not any(
             isinstance(h, _BeginBlockHook)
             for h in layer._forward_pre_hooks.values())
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         model(torch.randn(2, 3))
     assert tracker.seen_blocks() == [] and calls == [1, 2]
     poptorch.BeginBlock(model.l1, ipu_id=0)  # can be assigned again
@@ -215,7 +215,7 @@ def test_remove_blocks():
 
 def test_block_function():
     x = torch.randn(2, 3)
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         assert torch.equal(_scale(x), x * 3)
         assert tracker.current() is None  # the with-scope ended
     assert tracker.seen_blocks() == [("scaled", 2)]
@@ -225,7 +225,7 @@ def test_block_function():
     model = _DecoratedForward()
     reference = _TwoLayers()
     reference.load_state_dict(model.state_dict())
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         assert torch.equal(model(x), reference(x))
     assert tracker.seen_blocks() == [("fwd", 1)]
     restored = pickle.loads(pickle.dumps(model))
@@ -415,7 +415,7 @@ def test_parallel_phased_execution():
 
 def test_traced_model_resolves_through_its_strategy():
     model = _WithBlocks()
-    with _block_tracking() as tracker:
+    with block_tracking() as tracker:
         model(torch.randn(2, 3))
     seen = tracker.seen_blocks()
     assert poptorch.PipelinedExecution()._resolve(seen) == {
@@ -433,20 +433,20 @@ def test_traced_model_resolves_through_its_strategy():
 
 def test_ipus_to_reserve():
     opts = poptorch.Options().replicationFactor(2)
-    assert _ipus_to_reserve(2, opts) == 4
-    assert _ipus_to_reserve(1, poptorch.Options()) == 1
+    assert ipus_to_reserve(2, opts) == 4
+    assert ipus_to_reserve(1, poptorch.Options()) == 1
     with pytest.raises(poptorch.Error,
                        match=r"The model specifies the use of 6 IPUs, however "
                        r"PopTorch must reserve a minimum of 8 .*"
                        r"autoRoundNumIPUs\(True\)\."):
-        _ipus_to_reserve(3, opts)
+        ipus_to_reserve(3, opts)
     opts.autoRoundNumIPUs(True)
-    assert _ipus_to_reserve(3, opts) == 8
+    assert ipus_to_reserve(3, opts) == 8
     with pytest.raises(poptorch.Error,
                        match=r"Too many IPUs requested \(128\)"):
-        _ipus_to_reserve(64, opts)
+        ipus_to_reserve(64, opts)
     # Offline targets never acquire a device: no check.
     offline = poptorch.Options().replicationFactor(3).useOfflineIpuTarget()
-    assert _ipus_to_reserve(1, offline) == 3
+    assert ipus_to_reserve(1, offline) == 3
     with pytest.raises(ValueError, match="at least 1"):
-        _ipus_to_reserve(0, opts)
+        ipus_to_reserve(0, opts)

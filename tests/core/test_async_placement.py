@@ -1,4 +1,4 @@
-"""Where ``DataLoaderMode.Async`` loads (``poptorch_core.data._placement``):
+"""Where ``DataLoaderMode.Async`` loads (``poptorch_core.data._load_placement``):
 a worker process where a CPU is free for it, else this process, with the
 same batches either way (checked against torch's own DataLoader)."""
 import logging
@@ -9,7 +9,7 @@ import torch
 
 import poptorch_core as poptorch
 from poptorch_core import DataLoader, DataLoaderMode
-from poptorch_core.data import _placement
+from poptorch_core.data import _load_placement
 
 from .test_dataloader import Indices
 
@@ -22,7 +22,7 @@ def cpus(monkeypatch):
     threads = torch.get_num_threads()
 
     def set_cpus(available: int, torch_threads: int) -> None:
-        monkeypatch.setattr(_placement, "available_cpus", lambda: available)
+        monkeypatch.setattr(_load_placement, "available_cpus", lambda: available)
         torch.set_num_threads(torch_threads)
 
     yield set_cpus
@@ -36,7 +36,7 @@ def test_auto_uses_a_worker_only_where_a_cpu_is_free(
         monkeypatch, cpus, available, threads, expected):
     monkeypatch.setenv(ENV, "auto")
     cpus(available, threads)
-    assert _placement.async_placement() == expected
+    assert _load_placement.async_placement() == expected
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -46,13 +46,13 @@ def test_the_variable_overrides_the_choice(monkeypatch, cpus, value,
                                            expected):
     cpus(2, 2)  # auto would choose inline
     monkeypatch.setenv(ENV, value)
-    assert _placement.async_placement() == expected
+    assert _load_placement.async_placement() == expected
 
 
 def test_an_unknown_value_names_the_valid_ones(monkeypatch):
     monkeypatch.setenv(ENV, "thread")
     with pytest.raises(ValueError) as info:
-        _placement.async_placement()
+        _load_placement.async_placement()
     assert str(info.value) == (
         "Environment variable POPTORCH_ASYNC_PLACEMENT='thread' is not one "
         "of auto, worker, inline: use auto (a worker process when a CPU is "
@@ -60,7 +60,7 @@ def test_an_unknown_value_names_the_valid_ones(monkeypatch):
 
 
 def test_available_cpus_is_the_affinity_mask():
-    assert _placement.available_cpus() == len(os.sched_getaffinity(0))
+    assert _load_placement.available_cpus() == len(os.sched_getaffinity(0))
 
 
 def _torch_batches(length, batch_size):
@@ -150,7 +150,7 @@ class _Clock:
 
 def test_loading_share_counts_from_the_second_batch(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(_placement.time, "perf_counter", clock)
+    monkeypatch.setattr(_load_placement.time, "perf_counter", clock)
     loading = [7.0, 1.0, 2.0, 3.0]  # seconds to load batch 0, 1, 2, 3
     stepping = [50.0, 4.0, 4.0, 4.0]  # seconds the consumer takes per batch
 
@@ -159,7 +159,7 @@ def test_loading_share_counts_from_the_second_batch(monkeypatch):
             clock.now += seconds
             yield seconds
 
-    timer = _placement.LoadingShare()
+    timer = _load_placement.LoadingShare()
     for i, _ in enumerate(timer.watch(batches())):
         clock.now += stepping[i]
     # From the request of batch 1 to the end: loads 1 + 2 + 3 = 6 s of
@@ -169,13 +169,13 @@ def test_loading_share_counts_from_the_second_batch(monkeypatch):
 
 @pytest.mark.parametrize("length", [0, 1, 2])
 def test_loading_share_needs_three_batches(length):
-    timer = _placement.LoadingShare()
+    timer = _load_placement.LoadingShare()
     list(timer.watch(range(length)))
     assert timer.share is None
 
 
 def test_loading_share_ignores_an_epoch_left_early():
-    timer = _placement.LoadingShare()
+    timer = _load_placement.LoadingShare()
     for i in timer.watch(range(10)):
         if i == 5:
             break
@@ -187,7 +187,7 @@ def _fixed_share(*shares):
     one from then on)."""
     measured = iter(shares)
 
-    class FixedShare(_placement.LoadingShare):
+    class FixedShare(_load_placement.LoadingShare):
         def watch(self, batches):
             yield from batches
             self.share = next(measured, shares[-1])
@@ -197,7 +197,7 @@ def _fixed_share(*shares):
 def _inline_loader(monkeypatch, *shares, env="auto"):
     from poptorch_core.data import loader as loader_module
     monkeypatch.setenv(ENV, env)
-    monkeypatch.setattr(_placement, "available_cpus",
+    monkeypatch.setattr(_load_placement, "available_cpus",
                         lambda: torch.get_num_threads())  # none free
     monkeypatch.setattr(loader_module, "LoadingShare", _fixed_share(*shares))
     return DataLoader(poptorch.Options().deviceIterations(2), Indices(29),

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core import _files
+from poptorch_core import files
 
 
 def _saved_model(path):
@@ -30,7 +30,7 @@ def test_failed_overwrite_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
 
     def failing_fsync(fd):
         raise failure
-    monkeypatch.setattr(_files.os, "fsync", failing_fsync)
+    monkeypatch.setattr(files.os, "fsync", failing_fsync)
     with pytest.raises(type(failure)):
         ipu.save(str(path))
     monkeypatch.undo()
@@ -42,7 +42,7 @@ def test_failed_overwrite_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
 def test_a_write_that_fails_part_way_leaves_no_file(tmp_path):
     path = tmp_path / "record.json"
     with pytest.raises(RuntimeError, match="disk full"):
-        with _files.atomic_write(path, "w") as f:
+        with files.atomic_write(path, "w") as f:
             f.write("{")
             raise RuntimeError("disk full")
     assert not path.exists() and not os.listdir(tmp_path)
@@ -56,7 +56,7 @@ def test_dataset_cache_is_written_atomically(tmp_path, monkeypatch):
     graphs = [Data(x=torch.ones(2, 1)), Data(x=torch.zeros(3, 1))]
     NCITPSA.save(graphs, str(cache))
     before = cache.read_bytes()
-    monkeypatch.setattr(_files.os, "fsync", lambda fd: (_ for _ in ()).throw(
+    monkeypatch.setattr(files.os, "fsync", lambda fd: (_ for _ in ()).throw(
         OSError(errno.EDQUOT, "Disk quota exceeded")))
     with pytest.raises(OSError, match="quota"):
         NCITPSA.save(graphs[:1], str(cache))
@@ -75,7 +75,7 @@ def test_a_failed_report_plot_keeps_the_previous_png(tmp_path, monkeypatch):
     ipu.simulationReport().plot(str(path))
     before = path.read_bytes()
     assert before.startswith(b"\x89PNG")
-    monkeypatch.setattr(_files.os, "fsync", _failing_fsync)
+    monkeypatch.setattr(files.os, "fsync", _failing_fsync)
     with pytest.raises(OSError, match="No space"):
         ipu.simulationReport().plot(str(path))
     assert path.read_bytes() == before
@@ -91,7 +91,7 @@ def test_a_failed_coverage_table_keeps_the_previous_one(tmp_path,
     monkeypatch.setattr(coverage, "run", lambda *args, **kwargs: [])
     monkeypatch.setattr(coverage, "render", lambda rows: "new table\n")
     monkeypatch.setattr(coverage, "conv_count", lambda rows: (0, 0))
-    monkeypatch.setattr(_files.os, "fsync", _failing_fsync)
+    monkeypatch.setattr(files.os, "fsync", _failing_fsync)
     with pytest.raises(OSError, match="No space"):
         coverage.main(["--out", str(path), "--no-compile"])
     assert path.read_text() == "previous table\n"
@@ -153,7 +153,7 @@ def test_a_target_that_is_not_a_regular_file_is_refused(tmp_path, make):
     before = os.stat(path)
     with pytest.raises(poptorch.Error, match=re.escape(
             f"Cannot write {path}: it is {kind}, not a regular file")):
-        with _files.atomic_write(path, "w") as f:
+        with files.atomic_write(path, "w") as f:
             f.write("text")
     after = os.stat(path)
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
@@ -187,7 +187,7 @@ def test_a_new_file_gets_the_mode_open_gives(tmp_path):
     """``open()`` creates files with mode 0o666 less the umask."""
     previous = os.umask(0o027)
     try:
-        with _files.atomic_write(tmp_path / "new.txt", "w") as f:
+        with files.atomic_write(tmp_path / "new.txt", "w") as f:
             f.write("text")
         with open(tmp_path / "reference.txt", "w") as f:
             f.write("text")
@@ -210,13 +210,13 @@ def test_errors_name_the_users_path(tmp_path, monkeypatch):
     path = tmp_path / "model.poptorch"
     missing = tmp_path / "missing" / "model.poptorch"
     with pytest.raises(FileNotFoundError) as raised:
-        with _files.atomic_write(missing) as f:
+        with files.atomic_write(missing) as f:
             f.write(b"bytes")
     _assert_names_only(raised.value, missing)
 
-    monkeypatch.setattr(_files.os, "fsync", _failing_fsync)
+    monkeypatch.setattr(files.os, "fsync", _failing_fsync)
     with pytest.raises(OSError, match="No space") as raised:
-        with _files.atomic_write(path) as f:
+        with files.atomic_write(path) as f:
             f.write(b"bytes")
     _assert_names_only(raised.value, path)
     monkeypatch.undo()
@@ -224,9 +224,9 @@ def test_errors_name_the_users_path(tmp_path, monkeypatch):
     def cross_device(source, target):
         raise OSError(errno.EXDEV, "Invalid cross-device link", source,
                       None, target)
-    monkeypatch.setattr(_files.os, "replace", cross_device)
+    monkeypatch.setattr(files.os, "replace", cross_device)
     with pytest.raises(OSError, match="cross-device") as raised:
-        with _files.atomic_write(path) as f:
+        with files.atomic_write(path) as f:
             f.write(b"bytes")
     _assert_names_only(raised.value, path)
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""The ``auto`` backend (``executor/_tiered.py``): ``interpret`` until the
+"""The ``auto`` backend (``_executor/tiered.py``): ``interpret`` until the
 ``compile`` backend's step, built in a background thread, takes over
 between two calls.
 
@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import poptorch
-from poptorch_core.executor import (_background_compile, _scale_out_hook,
-                                    _tiered)
-from poptorch_core.executor.backends._executable import Executable
+from poptorch_core._executor import (background_compile, scale_out_hook,
+                                    tiered)
+from poptorch_core._executor.backends.executable import Executable
 from ._eager import assert_outputs_match, train_call
 from ._models import MLP
 
@@ -252,7 +252,7 @@ def test_waiting_for_every_build():
     auto = poptorch.inferenceModel(torch.nn.Linear(4, 3))
     for _ in range(2):
         auto(torch.randn(8, 4))
-    assert _background_compile.wait_for_builds(_BUILD_TIMEOUT)
+    assert background_compile.wait_for_builds(_BUILD_TIMEOUT)
     assert _tiers(auto)._build.done()
 
 
@@ -300,7 +300,7 @@ def test_a_step_that_needs_another_form_builds_again(monkeypatch):
     tiers = _tiers(auto)
     assert tiers.wait(_BUILD_TIMEOUT)
     forms = []
-    monkeypatch.setattr(_tiered, "submit",
+    monkeypatch.setattr(tiered, "submit",
                         lambda executable, form, device: forms.append(form))
     auto.setOptimizer(poptorch.optim.AdamW(model.parameters(), lr=0.01,
                                            weight_decay=0.1))
@@ -344,7 +344,7 @@ def test_unknown_backend_in_the_environment_names_the_choices(monkeypatch):
 def test_several_processes_stay_on_interpret(monkeypatch):
     """Processes would switch at different steps and update their replicas
     with different arithmetic: a distributed run keeps ``interpret``."""
-    monkeypatch.setattr(_scale_out_hook, "_hook",
+    monkeypatch.setattr(scale_out_hook, "_hook",
                         lambda state, program: None)
     opts = poptorch.Options()
     opts.Distributed.configureProcessId(0, 2)
@@ -358,9 +358,9 @@ def test_several_processes_stay_on_interpret(monkeypatch):
 _ENDS_DURING_A_BUILD = """
 import sys, threading, time
 import torch
-from poptorch_core.executor import _background_compile
-from poptorch_core.executor.backends import Executable
-from poptorch_core.executor.backends._executable import Form
+from poptorch_core._executor import background_compile
+from poptorch_core._executor.backends import Executable
+from poptorch_core._executor.backends.executable import Form
 
 started = threading.Event()
 
@@ -373,7 +373,7 @@ def slow_build(self, form):
 Executable.prepare_form = slow_build
 gm = torch.fx.symbolic_trace(lambda x: x * 2)
 for kind in ("first", "queued"):
-    _background_compile.submit(Executable(gm, "compile"),
+    background_compile.submit(Executable(gm, "compile"),
                                Form(kind, [torch.ones(2)], False), "cpu")
 started.wait()  # the script ends while the first build runs
 """

@@ -1,4 +1,4 @@
-"""The ``compile`` backend's background C++ builds (``_background_builds``):
+"""The ``compile`` backend's background C++ builds (``inductor.background_builds``):
 a training graph's backward is compiled with its forward, its libraries
 load on their first call, and inductor is left as it was."""
 import threading
@@ -12,9 +12,9 @@ from torch._inductor.codegen import cpp as cpp_codegen
 
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from poptorch_core.executor.backends import (_background_builds,
-                                             _linear_strides)
-from poptorch_core.executor.backends._executable import Executable
+from poptorch_core._executor.backends.inductor import (background_builds,
+                                                      linear_strides)
+from poptorch_core._executor.backends.executable import Executable
 
 
 def _graphs_compiled() -> int:
@@ -50,14 +50,14 @@ def test_inductor_is_restored_after_the_compilation():
     header = codecache._precompile_header
     strides = cpp_codegen.stride_at_vec_range
     with pytest.raises(RuntimeError, match="inside"):
-        with _background_builds.background_cpp_builds():
+        with background_builds.background_cpp_builds():
             assert CppWrapperCodeCache.load_pybinding is not loader
             assert codecache._worker_compile_cpp is \
-                _background_builds._compile_in_background_worker
+                background_builds._compile_in_background_worker
             assert codecache._precompile_header is \
-                _background_builds._header_unless_built
+                background_builds._header_unless_built
             assert cpp_codegen.stride_at_vec_range is \
-                _linear_strides.stride_at_vec_range
+                linear_strides.stride_at_vec_range
             assert torch._functorch.config.force_non_lazy_backward_lowering
             raise RuntimeError("inside")
     assert CppWrapperCodeCache.load_pybinding == loader
@@ -71,7 +71,7 @@ def test_overlapping_compilations_share_one_activation():
     """Compilations in two threads overlap: the settings stay until the
     last one leaves, and then what was there before comes back."""
     loader = CppWrapperCodeCache.load_pybinding
-    first, second = (_background_builds.background_cpp_builds()
+    first, second = (background_builds.background_cpp_builds()
                      for _ in range(2))
     first.__enter__()
     second.__enter__()
@@ -92,7 +92,7 @@ def test_a_library_is_loaded_once_on_its_first_call():
         loads.append(1)
         return lambda x: x + 1
 
-    entry = _background_builds._EntryOnFirstCall(load)
+    entry = background_builds._EntryOnFirstCall(load)
     assert loads == []
     results = []
     threads = [threading.Thread(target=lambda: results.append(entry(1)))
@@ -110,7 +110,7 @@ def test_a_failed_build_raises_on_the_first_call():
     def load():
         raise RuntimeError("g++ failed")
 
-    entry = _background_builds._EntryOnFirstCall(load)
+    entry = background_builds._EntryOnFirstCall(load)
     with pytest.raises(RuntimeError, match="g\\+\\+ failed"):
         entry()
 
@@ -150,7 +150,7 @@ def test_the_wrapper_and_kernel_objects_build_side_by_side(tmp_path):
     wrapper = Meeting(tmp_path / "main.o", log)
     kernels = Meeting(tmp_path / "kernels.o", log)
     linker = _FakeBuilder(tmp_path / "lib.so", log)
-    _background_builds._compile_in_background_worker(
+    background_builds._compile_in_background_worker(
         str(tmp_path / "lock"), (wrapper, kernels, linker))
     assert log[-2:] == [("start", linker.path), ("end", linker.path)]
     assert {p for event, p in log[:-2] if event == "end"} == \
@@ -162,12 +162,12 @@ def test_built_objects_and_libraries_are_not_built_again(tmp_path):
     builders = [_FakeBuilder(tmp_path / name, log)
                 for name in ("main.o", "kernels.o", "lib.so")]
     (tmp_path / "kernels.o").write_text("cached")
-    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
+    background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     builders)
     assert [p for event, p in log if event == "start"] == \
         [builders[0].path, builders[2].path]
     log.clear()
-    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
+    background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     builders)
     assert log == []
 
@@ -175,7 +175,7 @@ def test_built_objects_and_libraries_are_not_built_again(tmp_path):
 def test_a_single_object_library_keeps_inductors_worker(tmp_path):
     log = []
     only = _FakeBuilder(tmp_path / "lib.so", log)
-    _background_builds._compile_in_background_worker(str(tmp_path / "lock"),
+    background_builds._compile_in_background_worker(str(tmp_path / "lock"),
                                                     (only,))
     assert log == [("start", only.path), ("end", only.path)]
 
@@ -192,17 +192,17 @@ def test_an_activation_lists_the_libraries_its_thread_makes(monkeypatch):
 
     monkeypatch.setattr(CppWrapperCodeCache, "load_pybinding_async",
                         fake_async)
-    with _background_builds.background_cpp_builds() as libraries:
+    with background_builds.background_cpp_builds() as libraries:
         entry = CppWrapperCodeCache.load_pybinding("mine")
         other = []
         thread = threading.Thread(target=lambda: other.append(
             CppWrapperCodeCache.load_pybinding("another thread's")))
         thread.start()
         thread.join(5)
-        with _background_builds.background_cpp_builds() as inner:
+        with background_builds.background_cpp_builds() as inner:
             CppWrapperCodeCache.load_pybinding("inner")
         assert len(inner) == 1 and inner[0] is not entry
     assert libraries == [entry] and loads == []
     assert libraries[0].load()() == "entry" and loads == [("mine",)]
     assert entry is not other[0]
-    assert libraries not in _background_builds._made.lists
+    assert libraries not in background_builds._made.lists

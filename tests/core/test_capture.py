@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.tracing.capture import capture_module
+from poptorch_core._tracing.capture import capture_module
 from ._models import GCN, GIN, graph_batch
 
 

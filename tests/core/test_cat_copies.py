@@ -1,5 +1,5 @@
 """The ``compile`` backend copies a ``cat`` input that inductor updates in
-place (``_cat_copies``): the updated value is read after its ``cat``, and
+place (``passes.cat_copies``): the updated value is read after its ``cat``, and
 without the copy a later buffer took the cat's memory first. Each test
 compares with the same computation run eagerly."""
 import copy
@@ -10,8 +10,8 @@ import torch._inductor.config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor.backends import _cat_copies
-from poptorch_core.executor.backends._executable import \
+from poptorch_core._executor.backends.passes import cat_copies
+from poptorch_core._executor.backends.executable import \
     _compile_with_inductor
 
 
@@ -62,14 +62,14 @@ def test_an_aggregate_read_after_its_cat_keeps_its_values(aggregate,
     x, index = torch.randn(6, 8), torch.tensor([0, 1, 2, 2, 3, 3])
     w1, w2 = torch.randn(16, 8), torch.randn(16, 8)
     fn = _two_layers(aggregate)
-    before = _cat_copies.copied()
+    before = cat_copies.copied()
     with _fresh(threads):
         compiled = _compile_with_inductor(make_fx(fn)(x, index, w1, w2),
                                           [x, index, w1, w2])
     torch.testing.assert_close(compiled(x, index, w1, w2)[0],
                                fn(x, index, w1, w2)[0])
     # Both aggregates are updated in place and concatenated.
-    assert _cat_copies.copied() - before == 2
+    assert cat_copies.copied() - before == 2
 
 
 class _MaxAndStd(torch.nn.Module):
@@ -128,7 +128,7 @@ def test_a_max_aggregator_trains_as_eager_pytorch():
 
     opts = poptorch.Options()
     opts.Simulator.backend("compile")
-    before = _cat_copies.copied()
+    before = cat_copies.copied()
     with _fresh():
         compiled = poptorch.trainingModel(
             model, opts, torch.optim.SGD(model.parameters(), lr=0.5))
@@ -139,15 +139,15 @@ def test_a_max_aggregator_trains_as_eager_pytorch():
         torch.testing.assert_close(
             got, expected, rtol=1e-4, atol=1e-5,
             msg=lambda text, name=name: f"{name}: {text}")
-    assert _cat_copies.copied() - before == 2
+    assert cat_copies.copied() - before == 2
 
 
 def test_the_tag_keys_inductors_caches_inside_the_block_only():
     outer = torch.compiler.config.cache_key_tag
-    with _cat_copies.copied_cat_inputs():
+    with cat_copies.copied_cat_inputs():
         tag = torch.compiler.config.cache_key_tag
-        with _cat_copies.copied_cat_inputs():
+        with cat_copies.copied_cat_inputs():
             # Nested blocks key the caches as one does.
             assert torch.compiler.config.cache_key_tag == tag
-    assert _cat_copies.CACHE_TAG in tag and outer in tag
+    assert cat_copies.CACHE_TAG in tag and outer in tag
     assert torch.compiler.config.cache_key_tag == outer

@@ -10,7 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor.backends._executable import Executable
+from poptorch_core._executor.backends.executable import Executable
 from ._eager import assert_outputs_match, train_call
 from ._models import GIN, MLP, graph_batch
 

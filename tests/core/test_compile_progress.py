@@ -1,5 +1,5 @@
 """The compilation progress bar over the calls that compile, and
-``compilationTime()`` (``executor/_compile_progress.py``)."""
+``compilationTime()`` (``_executor/compile_progress.py``)."""
 import datetime
 
 import pytest
@@ -145,7 +145,7 @@ def test_a_compilation_within_the_delay_prints_nothing(monkeypatch, capsys):
 def test_the_bar_appears_after_the_delay_without_an_update(monkeypatch,
                                                            capsys):
     monkeypatch.setattr(_progress, "SHOW_AFTER_S", 0.05)
-    bar = _progress._CompilationProgressBar()
+    bar = _progress.CompilationProgressBar()
     bar(30, 100)
     bar._timer.join()  # fires after 0.05 s, with no update since
     assert "30/100" in capsys.readouterr().err

@@ -255,7 +255,7 @@ def test_a_training_call_waits_for_an_inference_call_in_flight(monkeypatch,
     copying the trained weights to its device, after two of them: the
     training call waits for the inference call (one lock), which sees the
     weights of one step only."""
-    from poptorch_core.executor import _device_state
+    from poptorch_core._executor import device_state
 
     chain, lr, x = _Chain(links=6), 0.25, torch.ones(1, 8)
     rows = _eager_outputs(chain, x, 3, lr)
@@ -264,7 +264,7 @@ def test_a_training_call_waits_for_an_inference_call_in_flight(monkeypatch,
     torch.testing.assert_close(infer(x)[0], rows[1])
     train(x)  # the next inference call copies the weights again
     trainer = threading.Thread(target=train, args=(x,))
-    copy_into, copied = _device_state._copy_into, []
+    copy_into, copied = device_state._copy_into, []
 
     def copy_then_start_training(*args):
         copy_into(*args)
@@ -272,7 +272,7 @@ def test_a_training_call_waits_for_an_inference_call_in_flight(monkeypatch,
         if len(copied) == 2:
             trainer.start()
             trainer.join(timeout=0.5)  # it finishes now only without a lock
-    monkeypatch.setattr(_device_state, "_copy_into", copy_then_start_training)
+    monkeypatch.setattr(device_state, "_copy_into", copy_then_start_training)
     out = infer(x)[0]
     monkeypatch.undo()
     trainer.join(timeout=60)

@@ -12,8 +12,8 @@ import torch._inductor.config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor.backends import _row_scatter
-from poptorch_core.executor.backends._cpu_inductor import (
+from poptorch_core._executor.backends.inductor import row_scatter
+from poptorch_core._executor.backends.inductor.cpu import (
     POST_GRAD_PASS, CpuPostGradPass, compile_fx_options)
 
 _ROWS = torch.ops.aten.scatter_add.default
@@ -155,18 +155,18 @@ def _batches():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_message_passing_matches_interpret(threads):
     """With two threads inductor calls a scatter kernel for the row sums,
-    which the ``compile`` backend writes as its own loop (``_row_scatter``);
+    which the ``compile`` backend writes as its own loop (``inductor.row_scatter``);
     with one it writes its own serial loop."""
     # Graphs loaded from inductor's caches skip the passes: compile afresh
     # so that the count below sees this run's rewrites.
-    before = _row_scatter.emitted()
+    before = row_scatter.emitted()
     with torch._inductor.config.patch({"fx_graph_cache": False,
                                        "cpp.threads": threads}), \
             torch._functorch.config.patch(enable_autograd_cache=False):
         _compiled_message_passing_matches_interpret()
     # The message sum and the three row gradients; the pooling sums a
     # vector, which stays ATen's.
-    assert _row_scatter.emitted() - before == (4 if threads == 2 else 0)
+    assert row_scatter.emitted() - before == (4 if threads == 2 else 0)
 
 
 def _compiled_message_passing_matches_interpret():
@@ -204,7 +204,7 @@ def test_the_compile_options_keep_inductor_caches_usable():
     leaves out, so its hash is stable and names what it changes."""
     from torch._inductor.codecache import FxGraphCachePickler
     from torch._inductor.compile_fx import _ConstantDecompTable
-    from poptorch_core.executor.backends._cpu_inductor import (
+    from poptorch_core._executor.backends.inductor.cpu import (
         KEPT_ATEN_OPS, compile_fx_options)
     pickler = FxGraphCachePickler(torch.fx.GraphModule(torch.nn.Module(),
                                                        torch.fx.Graph()))

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor import _compile
-from poptorch_core.executor.backends import _host_memory
+from poptorch_core._executor import compile
+from poptorch_core._executor.backends import host_memory
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -20,7 +20,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # the heap; so only the configured side is deterministic: no page faults.
 _FAULTS_PER_ROUND = textwrap.dedent("""
     import resource, torch
-    from poptorch_core.executor.backends._host_memory import keep_host_memory
+    from poptorch_core._executor.backends.host_memory import keep_host_memory
 
     configured = keep_host_memory()
     for _ in range(3):
@@ -38,7 +38,7 @@ _FAULTS_PER_ROUND = textwrap.dedent("""
 @pytest.mark.skipif(not GLIBC, reason="the setting applies to glibc malloc")
 def test_freed_memory_is_reused_without_page_faults():
     env = {k: v for k, v in os.environ.items()
-           if k not in _host_memory._USER_SETTINGS}
+           if k not in host_memory._USER_SETTINGS}
     out = subprocess.run([sys.executable, "-c", _FAULTS_PER_ROUND], env=env,
                          capture_output=True, text=True, check=True)
     faults, configured = out.stdout.split()
@@ -52,19 +52,19 @@ def fresh_state(monkeypatch):
     """A process that has not configured malloc yet, with a recording
     ``mallopt`` (the real one is process-wide)."""
     calls = []
-    monkeypatch.setattr(_host_memory, "_configured", None)
-    monkeypatch.setattr(_host_memory, "_mallopt",
+    monkeypatch.setattr(host_memory, "_configured", None)
+    monkeypatch.setattr(host_memory, "_mallopt",
                         lambda: lambda *args: calls.append(args) or 1)
-    for name in _host_memory._USER_SETTINGS:
+    for name in host_memory._USER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     return calls
 
 
 def test_both_thresholds_are_raised_once(fresh_state):
-    assert _host_memory.keep_host_memory()
-    assert _host_memory.keep_host_memory()
-    assert fresh_state == [(_host_memory.M_MMAP_THRESHOLD, 32 << 20),
-                           (_host_memory.M_TRIM_THRESHOLD, 1 << 30)]
+    assert host_memory.keep_host_memory()
+    assert host_memory.keep_host_memory()
+    assert fresh_state == [(host_memory.M_MMAP_THRESHOLD, 32 << 20),
+                           (host_memory.M_TRIM_THRESHOLD, 1 << 30)]
 
 
 @pytest.mark.parametrize("variable", ["MALLOC_TRIM_THRESHOLD_",
@@ -72,13 +72,13 @@ def test_both_thresholds_are_raised_once(fresh_state):
                                       "GLIBC_TUNABLES"])
 def test_user_malloc_settings_win(fresh_state, monkeypatch, variable):
     monkeypatch.setenv(variable, "1")
-    assert not _host_memory.keep_host_memory()
+    assert not host_memory.keep_host_memory()
     assert fresh_state == []
 
 
 def test_other_c_libraries_are_left_alone(fresh_state, monkeypatch):
-    monkeypatch.setattr(_host_memory, "_mallopt", lambda: None)
-    assert not _host_memory.keep_host_memory()
+    monkeypatch.setattr(host_memory, "_mallopt", lambda: None)
+    assert not host_memory.keep_host_memory()
 
 
 def test_option_default_and_validation():
@@ -93,7 +93,7 @@ def test_option_default_and_validation():
 @pytest.mark.parametrize("enabled", [True, False])
 def test_compiling_a_model_applies_the_option(monkeypatch, enabled):
     calls = []
-    monkeypatch.setattr(_compile, "keep_host_memory",
+    monkeypatch.setattr(compile, "keep_host_memory",
                         lambda: calls.append(True))
     opts = poptorch.Options()
     opts.Simulator.hostMemoryPool(enabled)

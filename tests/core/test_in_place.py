@@ -1,4 +1,4 @@
-"""The interpret backend writes dead temporaries in place (``_in_place``):
+"""The interpret backend writes dead temporaries in place (``passes.in_place_temporaries``):
 only where nothing reads them afterwards, with the values and gradients of
 plain PyTorch."""
 import copy
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor.backends._in_place import \
+from poptorch_core._executor.backends.passes.in_place_temporaries import \
     write_temporaries_in_place
 
 

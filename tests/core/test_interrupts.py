@@ -18,7 +18,7 @@ DEVICE_ITERATIONS = 5
 def _setup(backend="interpret", groups=1):
     """``groups`` > 1 splits the parameters over that many (identical)
     parameter groups, which keeps the ``compile`` backend's Adam update out
-    of its training graph (``executor._adam_in_graph``)."""
+    of its training graph (``Program.adam_in_graph``)."""
     torch.manual_seed(0)
     model = MLP()
     reference = copy.deepcopy(model)
@@ -106,7 +106,7 @@ def test_ctrl_c_while_gradients_are_computed_discards_that_step(backend):
 
 def test_ctrl_c_while_a_compiled_step_runs_finishes_that_step():
     """``compile`` runs a micro-batch's forward and backward pass and its
-    Adam update as one graph (``executor._adam_in_graph``): a Ctrl-C that
+    Adam update as one graph (``Program.adam_in_graph``): a Ctrl-C that
     arrives while it runs stops the call after that step, not before."""
     model, reference, ipu, x, y = _setup("compile")
     program = ipu._state.program

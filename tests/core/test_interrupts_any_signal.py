@@ -161,7 +161,7 @@ def test_a_handler_raising_during_an_update_waits_for_the_step(signum,
 
 def test_a_handler_raising_during_a_compiled_step_waits_for_it():
     """The ``compile`` backend applies Adam inside its training graph
-    (``executor._adam_in_graph``): a handler's exception that arrives as
+    (``Program.adam_in_graph``): a handler's exception that arrives as
     that graph finishes comes out after the step is recorded."""
     run = _Run("compile")
     program = run.ipu._state.program
@@ -250,7 +250,7 @@ def test_an_exception_never_comes_out_of_the_middle_of_an_update():
     to its end. The handler raises only where it interrupted an update
     (``HeldSignals.run`` is on the stack), so that the test's own loop
     never sees an exception."""
-    from poptorch_core.executor import _interrupts
+    from poptorch_core._executor import interrupts
 
     started, finished, caught = [], [], []
 
@@ -262,13 +262,13 @@ def test_an_exception_never_comes_out_of_the_middle_of_an_update():
 
     def raise_in_updates(number, frame):
         while frame is not None:
-            if frame.f_code is _interrupts.HeldSignals.run.__code__:
+            if frame.f_code is interrupts.HeldSignals.run.__code__:
                 raise _HandlerError
             frame = frame.f_back
 
     previous = signal.signal(signal.SIGALRM, raise_in_updates)
     try:
-        with _interrupts.HeldSignals() as held:
+        with interrupts.HeldSignals() as held:
             signal.setitimer(signal.ITIMER_REAL, 5e-5, 5e-5)
             # On a loaded machine the timer lands in an update less often:
             # run until it has a few times (bounded).

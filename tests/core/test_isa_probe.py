@@ -1,4 +1,4 @@
-"""The ``compile`` backend's early vector-ISA check (``_isa_probe``) makes
+"""The ``compile`` backend's early vector-ISA check (``inductor.isa_probe``) makes
 inductor compile for the ISA its own full check would choose.
 
 Each case runs in a fresh process, because inductor caches its ISA list
@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from poptorch_core.executor.backends import _isa_probe
+from poptorch_core._executor.backends.inductor import isa_probe
 
 _REFERENCE = """
 import json, platform, sys
@@ -31,18 +31,18 @@ print(json.dumps({"picked": picked, "first_candidate": first}))
 _WITH_PROBE = """
 import json, threading
 from torch._inductor import cpu_vec_isa
-from poptorch_core.executor.backends import _isa_probe
+from poptorch_core._executor.backends.inductor import isa_probe
 check_build, built_here = cpu_vec_isa.VecISA.check_build, []
 def counting_check_build(self, code):
     if threading.current_thread() is threading.main_thread():
         built_here.append(str(self))
     return check_build(self, code)
 cpu_vec_isa.VecISA.check_build = counting_check_build
-_isa_probe.start_vec_isa_probe()
-_isa_probe.wait_for_vec_isa_probe()
+isa_probe.start_vec_isa_probe()
+isa_probe.wait_for_vec_isa_probe()
 filled = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1
 print(json.dumps({"picked": str(cpu_vec_isa.pick_vec_isa()),
-                  "checked": str(_isa_probe._checked_isa),
+                  "checked": str(isa_probe._checked_isa),
                   "filled_by_probe": filled,
                   "built_on_the_compiling_thread": built_here}))
 """
@@ -63,10 +63,10 @@ class RecordingList(list):
     def pop(self, *args):
         self._note("pop"); return super().pop(*args)
 sys.meta_path = RecordingList(sys.meta_path)
-from poptorch_core.executor.backends import _isa_probe
+from poptorch_core._executor.backends.inductor import isa_probe
 imported_before = "setuptools" in sys.modules
-_isa_probe.start_vec_isa_probe()
-_isa_probe.wait_for_vec_isa_probe()
+isa_probe.start_vec_isa_probe()
+isa_probe.wait_for_vec_isa_probe()
 print(json.dumps({"edits": RecordingList.edits,
                   "setuptools_imported_before": imported_before,
                   "main": threading.main_thread().name}))
@@ -114,24 +114,24 @@ class _FailingIsa:
 
 def test_a_failed_check_leaves_the_list_to_inductor(monkeypatch):
     from torch._inductor import cpu_vec_isa
-    monkeypatch.setattr(_isa_probe, "_probe", None)
-    monkeypatch.setattr(_isa_probe, "_checked_isa", None)
-    monkeypatch.setattr(_isa_probe, "_isa_inductor_picks",
+    monkeypatch.setattr(isa_probe, "_probe", None)
+    monkeypatch.setattr(isa_probe, "_checked_isa", None)
+    monkeypatch.setattr(isa_probe, "_isa_inductor_picks",
                         lambda: _FailingIsa())
     calls = []
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list",
                         lambda: calls.append(1))
-    _isa_probe.start_vec_isa_probe()
-    _isa_probe.wait_for_vec_isa_probe()
-    assert _isa_probe._checked_isa is None
+    isa_probe.start_vec_isa_probe()
+    isa_probe.wait_for_vec_isa_probe()
+    assert isa_probe._checked_isa is None
     assert calls == []  # not made here, so inductor makes (and checks) it
 
 
 def test_inductor_s_first_request_for_its_list_waits_for_the_probe(
         monkeypatch):
     from torch._inductor import cpu_vec_isa
-    monkeypatch.setattr(_isa_probe, "_probe", None)
-    monkeypatch.setattr(_isa_probe, "_checked_isa", None)
+    monkeypatch.setattr(isa_probe, "_probe", None)
+    monkeypatch.setattr(isa_probe, "_checked_isa", None)
     release, order = threading.Event(), []
 
     def slow_check():
@@ -142,9 +142,9 @@ def test_inductor_s_first_request_for_its_list_waits_for_the_probe(
         order.append("list")
         return []
 
-    monkeypatch.setattr(_isa_probe, "_check_vec_isa", slow_check)
+    monkeypatch.setattr(isa_probe, "_check_vec_isa", slow_check)
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", inductor_list)
-    _isa_probe.start_vec_isa_probe()
+    isa_probe.start_vec_isa_probe()
     timer = threading.Timer(0.2, release.set)
     timer.start()
     assert cpu_vec_isa.pick_vec_isa() is cpu_vec_isa.invalid_vec_isa
@@ -156,17 +156,17 @@ def test_inductor_s_first_request_for_its_list_waits_for_the_probe(
 
 def test_waiting_without_a_probe_does_nothing(monkeypatch):
     from torch._inductor import cpu_vec_isa
-    monkeypatch.setattr(_isa_probe, "_probe", None)
+    monkeypatch.setattr(isa_probe, "_probe", None)
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list",
                         lambda: pytest.fail("the ISA list was made"))
-    _isa_probe.wait_for_vec_isa_probe()
+    isa_probe.wait_for_vec_isa_probe()
 
 
 def test_only_the_compile_backend_on_the_cpu_starts_a_probe(monkeypatch):
-    from poptorch_core.executor.backends import prepare_backend
+    from poptorch_core._executor.backends import prepare_backend
     started = []
     monkeypatch.setattr(
-        "poptorch_core.executor.backends._executable.start_vec_isa_probe",
+        "poptorch_core._executor.backends.executable.start_vec_isa_probe",
         lambda: started.append(True))
     prepare_backend("interpret", "cpu")
     prepare_backend("compile", "cuda")

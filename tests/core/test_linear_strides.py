@@ -1,4 +1,4 @@
-"""The ``compile`` backend's vectorisation strides (``_linear_strides``):
+"""The ``compile`` backend's vectorisation strides (``inductor.linear_strides``):
 the same strides as inductor's own analysis, and the same generated code,
 without ``sympy.simplify`` for linear indices."""
 import pathlib
@@ -12,9 +12,9 @@ from torch._inductor.utils import fresh_cache
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from poptorch_core.executor.backends import (_background_builds,
-                                             _linear_strides)
-from poptorch_core.executor.backends._executable import Executable
+from poptorch_core._executor.backends.inductor import (background_builds,
+                                                      linear_strides)
+from poptorch_core._executor.backends.executable import Executable
 
 _SYMBOLS = sympy.symbols("x0 x1 tmp5 indirect2", integer=True)
 _X0, _X1, _TMP5, _INDIRECT2 = _SYMBOLS
@@ -34,7 +34,7 @@ _X0, _X1, _TMP5, _INDIRECT2 = _SYMBOLS
     (4, False),
 ])
 def test_linear_indices_are_recognised(index, linear):
-    assert _linear_strides.is_linear(index) is linear
+    assert linear_strides.is_linear(index) is linear
 
 
 _linear_terms = st.lists(
@@ -50,8 +50,8 @@ def test_strides_of_linear_indices_are_inductors(terms, constant, var,
     index = sympy.Integer(constant) + sum(
         (coefficient * symbol for symbol, coefficient in terms),
         sympy.Integer(0))
-    assert _linear_strides.is_linear(index)
-    assert _linear_strides.stride_at_vec_range(index, var, vec_length) == \
+    assert linear_strides.is_linear(index)
+    assert linear_strides.stride_at_vec_range(index, var, vec_length) == \
         sizevars.stride_at_vec_range(index, var, vec_length)
 
 
@@ -61,7 +61,7 @@ def test_strides_of_linear_indices_are_inductors(terms, constant, var,
     _X0 * _X1 + 3,
 ])
 def test_other_indices_go_to_inductor(index):
-    assert _linear_strides.stride_at_vec_range(index, _X0, 16) == \
+    assert linear_strides.stride_at_vec_range(index, _X0, 16) == \
         sizevars.stride_at_vec_range(index, _X0, 16)
 
 
@@ -90,15 +90,15 @@ def test_the_generated_code_is_inductors(tmp_path, monkeypatch):
     """A compilation with the fast path writes exactly the C++ files that
     inductor's own stride analysis leads to, and asks about both linear
     indices (the fast path) and others (inductor's)."""
-    linear = _linear_strides.is_linear
+    linear = linear_strides.is_linear
     seen = []
-    monkeypatch.setattr(_linear_strides, "is_linear",
+    monkeypatch.setattr(linear_strides, "is_linear",
                         lambda index: seen.append(linear(index)) or seen[-1])
-    _linear_strides.stride_at_vec_range.cache_clear()
+    linear_strides.stride_at_vec_range.cache_clear()
     ours = _generated_sources(tmp_path / "ours")
     assert True in seen and False in seen
-    monkeypatch.setattr(_background_builds, "_vec_strides", None)
-    _linear_strides.stride_at_vec_range.cache_clear()
+    monkeypatch.setattr(background_builds, "_vec_strides", None)
+    linear_strides.stride_at_vec_range.cache_clear()
     inductors = _generated_sources(tmp_path / "inductors")
-    assert _linear_strides.stride_at_vec_range.cache_info().misses == 0
+    assert linear_strides.stride_at_vec_range.cache_info().misses == 0
     assert len(ours) == 2 and ours == inductors

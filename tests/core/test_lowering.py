@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import poptorch
-from poptorch_core.executor.backends._lowering import lower_for_host
-from poptorch_core.tracing.capture import capture_module
+from poptorch_core._executor.backends.passes.lowering import lower_for_host
+from poptorch_core._tracing.capture import capture_module
 
 
 class _Marked(torch.nn.Module):

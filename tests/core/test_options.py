@@ -9,7 +9,7 @@ import torch
 
 import poptorch_core as poptorch
 from poptorch_core import enums
-from poptorch_core.options._progress import _CompilationProgressBar
+from poptorch_core.options._progress import CompilationProgressBar
 
 _ENV_VARS = ("POPTORCH_DEFAULT_OPTIONS", "POPTORCH_CACHE_DIR",
              "POPTORCH_SIM_BACKEND", "OMPI_COMM_WORLD_SIZE",
@@ -496,7 +496,7 @@ def test_to_dict_phased_strategy_options():
 
 
 def test_progress_bar_records_compilation_time():
-    bar = _CompilationProgressBar()
+    bar = CompilationProgressBar()
     assert bar.compilation_time is None
     bar(0, 10)
     bar(5, 10)

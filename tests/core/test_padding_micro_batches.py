@@ -15,7 +15,7 @@ import torch
 import poptorch
 from poptorch import CommGroupType, VariableRetrievalMode
 from poptorch_core._args_parser import paddingMasks
-from poptorch_core.executor._batching import BatchLayout
+from poptorch_core._executor.micro_batches import BatchLayout
 from ._padding import PAD, Net, Rows, eager_call, make_rows, register
 from .test_fidelity_half import _upper_share
 

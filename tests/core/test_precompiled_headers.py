@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from poptorch_core.executor.backends import (_background_builds,
-                                             _precompiled_headers)
-from poptorch_core.executor.backends._precompiled_headers import (
+from poptorch_core._executor.backends.inductor import (background_builds,
+                                                      precompiled_headers)
+from poptorch_core._executor.backends.inductor.precompiled_headers import (
     BUILDING_SUFFIX, STALE_AFTER_S, build_later, header_builds_running,
     is_header_build, use_precompiled_headers, wait_for_header_builds)
 
@@ -138,9 +138,9 @@ def test_a_command_that_does_not_name_its_output_is_left_alone(tmp_path):
 def test_the_compilation_worker_hands_headers_to_the_background(
         tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(_background_builds, "build_later", started.append)
+    monkeypatch.setattr(background_builds, "build_later", started.append)
     header = _Builder(tmp_path / "h.h.gch", "")
-    _background_builds._compile_in_background_worker(
+    background_builds._compile_in_background_worker(
         str(tmp_path / "lock"), (header,))
     assert started == [header]
 
@@ -193,7 +193,7 @@ def test_headers_follow_inductor_and_need_openssl(monkeypatch):
     from torch._inductor import config
 
     def which(found):
-        monkeypatch.setattr(_precompiled_headers.shutil, "which",
+        monkeypatch.setattr(precompiled_headers.shutil, "which",
                             lambda name: "/usr/bin/" + name if found else None)
 
     with config.patch(cpp_cache_precompile_headers=True):
@@ -211,7 +211,7 @@ def test_an_unwritable_directory_means_no_build(tmp_path, monkeypatch):
     def refused(*args):
         raise PermissionError("read-only")
 
-    monkeypatch.setattr(_precompiled_headers.os, "open", refused)
+    monkeypatch.setattr(precompiled_headers.os, "open", refused)
     source = tmp_path / "built"
     source.write_text("header")
     assert not build_later(_copy_into(tmp_path / "h.h.gch", source))
@@ -221,7 +221,7 @@ def test_an_unwritable_directory_means_no_build(tmp_path, monkeypatch):
 
 def test_no_header_is_looked_up_for_a_library_already_built(tmp_path):
     looked_up = []
-    header = _precompiled_headers.header_unless_built(
+    header = precompiled_headers.header_unless_built(
         lambda *args, **kwargs: looked_up.append((args, kwargs)) or "h.h")
 
     def load_async(main_path):  # inductor's caller, reduced to its local
@@ -265,7 +265,7 @@ def test_the_kernels_header_is_looked_up_beside_the_wrappers(tmp_path):
             kernels_started.set()
         return f"{name}@{command}"
 
-    header = _precompiled_headers.header_unless_built(lookup)
+    header = precompiled_headers.header_unless_built(lookup)
     assert _load_async(header, str(tmp_path / "c1.main.cpp")) == (
         "cpu.h@g++ -O1", "torch/csrc/inductor/cpp_prefix.h@g++ -O3")
     assert sorted(looked_up) == ["cpu.h", "torch/csrc/inductor/cpp_prefix.h"]
@@ -280,7 +280,7 @@ def test_a_failed_lookup_in_the_thread_raises_in_the_call(tmp_path):
             raise RuntimeError("g++ -E failed")
         return name
 
-    header = _precompiled_headers.header_unless_built(lookup)
+    header = precompiled_headers.header_unless_built(lookup)
     with pytest.raises(RuntimeError, match="g.. -E failed"):
         _load_async(header, str(tmp_path / "c1.main.cpp"))
     assert len(failed_in) == 1
@@ -291,7 +291,7 @@ def test_nothing_is_looked_up_ahead_without_kernels(tmp_path):
     """A library without a kernels' source, or a lookup that is not the
     wrapper's, starts no thread: each call looks its header up itself."""
     threads = []
-    header = _precompiled_headers.header_unless_built(
+    header = precompiled_headers.header_unless_built(
         lambda name, command, **kwargs: threads.append(
             threading.current_thread()) or name)
     _load_async(header, str(tmp_path / "c1.main.cpp"), optimized_code="")

@@ -1,4 +1,4 @@
-"""The ``compile`` backend's row scatter-add loop (``_row_scatter``): which
+"""The ``compile`` backend's row scatter-add loop (``inductor.row_scatter``): which
 scatters it takes, that compiled graphs give ATen's sums bit for bit, and
 that a bad index raises ATen's message."""
 import threading
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from poptorch_core.executor.backends import _row_scatter
-from poptorch_core.executor.backends._cpu_inductor import CpuPostGradPass
-from poptorch_core.executor.backends._executable import \
+from poptorch_core._executor.backends.inductor import row_scatter
+from poptorch_core._executor.backends.inductor.cpu import CpuPostGradPass
+from poptorch_core._executor.backends.executable import \
     _compile_with_inductor
 
 
@@ -29,10 +29,10 @@ def _compile(fn, *inputs):
     """``fn`` traced and compiled as the ``compile`` backend compiles, and
     how many scatters that wrote as the loop."""
     gm = make_fx(fn)(*inputs)
-    before = _row_scatter.emitted()
+    before = row_scatter.emitted()
     with _fresh_two_threads():
         compiled = _compile_with_inductor(gm, list(inputs))
-    return compiled, _row_scatter.emitted() - before
+    return compiled, row_scatter.emitted() - before
 
 
 def _aggregate(rows):
@@ -73,10 +73,10 @@ def test_embedding_gradients_from_columns_of_one_index():
 
     weights = [t.detach() for t in tables]
     gm = make_fx(gradients)(x, grad, *tables)
-    before = _row_scatter.emitted()
+    before = row_scatter.emitted()
     with _fresh_two_threads():
         compiled = _compile_with_inductor(gm, [x, grad] + weights)
-    assert _row_scatter.emitted() - before == 3
+    assert row_scatter.emitted() - before == 3
     expected = torch.autograd.grad(
         sum(t.index_select(0, x[:, i]) for i, t in enumerate(tables)),
         tables, grad)
@@ -146,18 +146,18 @@ def test_compilations_outside_the_block_are_left_alone():
     """Only the ``compile`` backend's compilations, in their own thread,
     write the loop: a user's ``torch.compile`` elsewhere is inductor's."""
     src, index = torch.randn(6, 4), torch.tensor([0, 1, 1, 2, 0, 2])
-    _row_scatter._install()
+    row_scatter._install()
     seen = []
 
     def user_compile():
         fn = torch.compile(_double, backend="inductor",
                            options={"cpp_wrapper": True})
-        before = _row_scatter.emitted()
+        before = row_scatter.emitted()
         with _fresh_two_threads():  # inductor's settings are per thread
             seen.append(fn(src, index)[0])
-        seen.append(_row_scatter.emitted() - before)
+        seen.append(row_scatter.emitted() - before)
 
-    with _row_scatter.fast_row_scatters():
+    with row_scatter.fast_row_scatters():
         worker = threading.Thread(target=user_compile)
         worker.start()
         worker.join()
@@ -170,6 +170,6 @@ def test_the_loop_is_part_of_the_compile_cache_key():
     """Inductor's cache must not hand back code written before the loop
     changed: the post-grad pass's key hashes this module too."""
     from torch._inductor.custom_graph_pass import get_hash_for_files
-    from poptorch_core.executor.backends import _cpu_inductor
+    from poptorch_core._executor.backends.inductor import cpu
     assert CpuPostGradPass().uuid() == get_hash_for_files(
-        (_cpu_inductor.__file__, _row_scatter.__file__))
+        (cpu.__file__, row_scatter.__file__))

@@ -122,10 +122,10 @@ def test_damaged_files_give_clear_errors(tmp_path, damage, message):
 
 
 def test_version_mismatch(tmp_path, monkeypatch):
-    from poptorch_core.executor import _serialization
+    from poptorch_core._executor import serialization
     ipu = poptorch.inferenceModel(torch.nn.Linear(2, 2))
     ipu.compile(torch.ones(1, 2))
-    monkeypatch.setattr(_serialization, "__version__", "0.0.1")
+    monkeypatch.setattr(serialization, "__version__", "0.0.1")
     ipu.save(str(tmp_path / "old.poptorch"))
     monkeypatch.undo()
     with pytest.raises(poptorch.Error, match="PopTorch version mismatch: File "

@@ -9,7 +9,7 @@ import threading
 
 import torch.fx.experimental.symbolic_shapes as symbolic_shapes
 
-from poptorch_core.tracing._stack_traces import torch_frames_kept
+from poptorch_core._tracing.stack_traces import torch_frames_kept
 
 
 def _list_in_another_thread():

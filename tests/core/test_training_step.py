@@ -1,5 +1,5 @@
 """The ``compile`` backend's training step: forward, loss seed and
-gradients traced and compiled as one graph (``backends/_training_step``),
+gradients traced and compiled as one graph (``backends/passes/training_step``),
 against eager PyTorch's autograd."""
 import copy
 
@@ -8,7 +8,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core.executor.backends._executable import Executable
+from poptorch_core._executor.backends.executable import Executable
 from ._eager import assert_outputs_match, train_call
 from ._models import GIN, MLP, graph_batch
 

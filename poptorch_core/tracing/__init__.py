@@ -1,7 +1,0 @@
-"""Dispatch tracing: capture a model into an ATen-level ``torch.fx`` graph
-(:mod:`.capture`) and check it against IPU rules (:mod:`.rules`).
-
-The PopXL-style container of the result, ``Ir``, lives in
-:mod:`poptorch_core.ir`, one layer up.
-"""
-__all__: list = []
