@@ -31,7 +31,7 @@ from ._padding.budget import BatchRoom
 from ._padding_masks import is_padded_batch, register_padded
 from ._padding.columns import Columns, StorageColumns
 from ._padding.classify import homogeneous_specs, hetero_specs
-from ._fastpath.collate import fast_collate
+from ._fastpath.vectorised import fast_collate
 from ._fastpath.recipe import StorageRecipe, prefix_mask
 from ._padding.plan import (Level, keep_padding_indices_in_range,
                             make_padding_graphs)

@@ -28,7 +28,7 @@ from poptorch_core._logging import logger
 
 from . import pyg_dataloader
 from ._last_batch import LastBatch, mini_batches_per_step
-from ._partition import PartitionedBatchSampler
+from ._packed_shares import PartitionedBatchSampler
 from ._refusals import public
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
@@ -115,7 +115,7 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     gets its own share of the data, every process the same number of
     steps: ``PadToMax`` splits the dataset as ``poptorch.DataLoader`` does;
     ``StreamPack`` packs the whole dataset in every process and splits the
-    packed batches (see :mod:`poptorch_geometric._partition`). Shuffling
+    packed batches (see :mod:`poptorch_geometric._packed_shares`). Shuffling
     needs ``options.randomSeed()``, so that every process draws the same
     order.
     """

@@ -6,7 +6,7 @@ graphs)`` (the reference path), including ``_slice_dict``, ``_inc_dict`` and
 makes it fast: per-graph Python work is limited to gathering tensors and
 sizes; then there is one ``torch.cat`` per attribute written straight into a
 preallocated output (one ``index_select`` of the dataset's storage when the
-graphs are slices of an ``InMemoryDataset``, see ``_storage``), the padding
+graphs are slices of an ``InMemoryDataset``, see ``storage``), the padding
 block is one ``fill_``, and index offsets come from one cumulative sum of
 the node counts expanded by one repeat. PyG instead adds the offset graph by
 graph and builds the batch vector from one ``torch.full`` per graph. Sizes
@@ -38,7 +38,7 @@ from ..common import DataBatch as _DATA_BATCH
 __all__: List[str] = []
 
 
-def _values_ok(column: List[Any]) -> bool:
+def listable_values(column: List[Any]) -> bool:
     """True when PyG lists the non-tensor values of ``column`` or makes
     them one tensor (no nested dicts or lists of tensors)."""
     v0 = column[0]
@@ -62,7 +62,7 @@ def _gather(columns: Columns, keys: List[str]) -> bool:
             # dtypes would promote unlike PyG's per-graph additions.
             if not columns.plain_tensors(key):
                 return False
-        elif not _values_ok(columns.column(key)):
+        elif not listable_values(columns.column(key)):
             return False
     return True
 
@@ -75,7 +75,7 @@ def _long(values: Any) -> Tensor:
     return torch.from_numpy(np.asarray(values, dtype=np.int64))
 
 
-def _ptr(sizes: np.ndarray) -> Tensor:
+def sizes_ptr(sizes: np.ndarray) -> Tensor:
     """``torch_geometric.utils.cumsum`` of int64 ``sizes``: a leading 0,
     then the running sum."""
     ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
@@ -88,7 +88,7 @@ class _Offsets:
 
     def __init__(self, node_counts: List[int]) -> None:
         self.counts = _long(node_counts)
-        self.ptr = _ptr(self.counts.numpy())
+        self.ptr = sizes_ptr(self.counts.numpy())
         self.num_graphs = len(node_counts)
         # PyG's increments are ``cumsum(repeats[:-1])``: the ptr without its
         # end; it adds them only when the last one is non-zero.
@@ -180,7 +180,7 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
         per_element = per_element.to(dtype).view(view)
         out = out.add_(per_element) if dtype == out.dtype \
             else out.to(dtype) + per_element
-    return out, _ptr(sizes.numpy()) if bookkeeping else None, incs
+    return out, sizes_ptr(sizes.numpy()) if bookkeeping else None, incs
 
 
 def _collate_values(spec: AttrSpec, column: List[Any], num_pad: int,
