@@ -30,7 +30,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.typing import TensorFrame
 from torch_geometric.utils import cumsum
 
-from .._padding.columns import Columns, StorageColumns
+from .._padding.columns import Columns
 from .._padding.validate import check_local_indices, check_same_shapes
 from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
 from ..common import DataBatch as _DATA_BATCH
@@ -138,8 +138,7 @@ def _concat_and_fill(spec: AttrSpec, columns: Columns, dim: int,
             # torch names neither the attribute nor the graphs.
             check_same_shapes(columns.column(spec.key), spec.key, dim)
             raise
-        if spec.key == "edge_index" and not isinstance(columns,
-                                                       StorageColumns):
+        if spec.key == "edge_index" and not columns.checked_at_source:
             # The graphs' own indices, before the batch offsets: each must
             # point to a node of its graph (a storage was checked once).
             check_local_indices(out.narrow(dim, 0, num_real), real_sizes,
