@@ -16,13 +16,14 @@ Example::
     >>> len(loader)                                   # 20 clusters / (4 x 2)
     2
 """
+import inspect
 from typing import Any, Optional
 
 import poptorch_core as poptorch
 
 from . import pyg_cluster_loader
-from .collate import CombinedBatchingCollater
-from .dataloader import _with_options
+from ._loader_parts import signature_with_options
+from ._refusals import public
 
 __all__ = ["FixedSizeClusterLoader"]
 
@@ -38,16 +39,18 @@ class FixedSizeClusterLoader(pyg_cluster_loader.FixedSizeClusterLoader,
     model's ``poptorch.Options``, default: new ones).
     """
 
+    @public
     def __init__(self, *args: Any,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
-        super().__init__(*args, options=options or poptorch.Options(),
-                         **kwargs)
+        call = _TORCH_SIDE.bind(*args, **kwargs)
+        call.apply_defaults()
+        parts = self._build(**call.arguments, combine=True)
+        poptorch.DataLoader.__init__(self, options or poptorch.Options(),
+                                     **parts.base_arguments())
 
-    __init__.__signature__ = _with_options(
+    __init__.__signature__ = signature_with_options(
         pyg_cluster_loader.FixedSizeClusterLoader.__init__)
 
-    def _create_collater(self, **collater_args: Any) -> Any:
-        return CombinedBatchingCollater(
-            mini_batch_size=self.batch_size,
-            collater=super()._create_collater(**collater_args))
+
+_TORCH_SIDE = inspect.signature(pyg_cluster_loader.FixedSizeClusterLoader)

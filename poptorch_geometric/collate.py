@@ -29,9 +29,9 @@ from poptorch_core import logger
 
 from ._padding.budget import BatchRoom
 from ._padding_masks import is_padded_batch, register_padded
-from ._padding.columns import Columns, StorageColumns
+from ._padding.columns import Columns
 from ._padding.classify import homogeneous_specs, hetero_specs
-from ._fastpath.collate import fast_collate
+from ._fastpath.vectorised import fast_collate
 from ._fastpath.recipe import StorageRecipe, prefix_mask
 from ._padding.plan import (Level, keep_padding_indices_in_range,
                             make_padding_graphs)
@@ -186,10 +186,11 @@ class FixedSizeCollater(Collater):
             batch = fast_collate(trimmed_list, columns, plan,
                                  room.nodes[None].counts, self.follow_batch,
                                  self.exclude_keys, bookkeeping)
-        recordable = batch is not None and trimmed_list is data_list and \
-            isinstance(columns, StorageColumns)
+        # Only a fast batch of untrimmed graphs makes a recipe (which
+        # needs graphs read from a storage: StorageRecipe.record).
+        recordable = batch is not None and trimmed_list is data_list
         if batch is None:
-            if not hetero and not isinstance(columns, StorageColumns):
+            if not hetero and not _checked_at_source(columns):
                 check_edge_index(trimmed_list, room.nodes[None].counts)
             batch = _from_data_list(trimmed_list, make_padding_graphs(plan),
                                     self.follow_batch, self.exclude_keys)
@@ -335,7 +336,7 @@ class FixedSizeCollater(Collater):
         storage."""
         if hetero:
             check_hetero_edge_index(data_list)
-        elif not isinstance(columns, StorageColumns):
+        elif not _checked_at_source(columns):
             check_same_attributes(
                 columns.mappings if columns is not None else
                 [d._store._mapping for d in data_list],
@@ -460,6 +461,12 @@ class FixedSizeCollater(Collater):
             batch[t].nodes_mask = prefix_mask(r.limit, r.real)
         for t, r in room.edges.items():
             batch[t].edges_mask = prefix_mask(r.limit, r.real)
+
+
+def _checked_at_source(columns: Optional[Columns]) -> bool:
+    """Whether the graphs behind ``columns`` need no per-batch check of
+    their edges and attributes (see ``Columns.checked_at_source``)."""
+    return columns is not None and columns.checked_at_source
 
 
 def _from_data_list(graphs: List[BaseData], padding: List[BaseData],

@@ -18,17 +18,15 @@ Example::
     >>> batch.graphs_mask.shape        # 2 mini-batches of 5 graph slots
     torch.Size([10])
 """
-import inspect
-from typing import Any, Dict, Iterator, List, Optional, Tuple
-
-import torch
+from typing import Any, Iterator, List, Optional
 
 import poptorch_core as poptorch
 from poptorch_core import logger
 
 from . import pyg_dataloader
 from ._last_batch import LastBatch, mini_batches_per_step
-from ._partition import PartitionedBatchSampler
+from ._loader_parts import (Combine, FixedSizeRequest, PackedShare,
+                            fixed_size_parts, signature_with_options)
 from ._refusals import public
 from .collate import CombinedBatchingCollater
 from .pyg_dataloader import FixedSizeStrategy, OverSizeStrategy
@@ -37,28 +35,21 @@ __all__ = ["DataLoader", "FixedSizeDataLoader", "FixedSizeStrategy",
            "OverSizeStrategy"]
 
 
-def _with_options(init: Any) -> inspect.Signature:
-    """``init``'s signature with ``options`` added before ``**kwargs``."""
-    params = list(inspect.signature(init).parameters.values())
-    options = inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY,
-                                default=None,
-                                annotation=Optional[poptorch.Options])
-    return inspect.Signature(params[:-1] + [options, params[-1]])
-
-
-_TORCH_SIDE = inspect.signature(pyg_dataloader.FixedSizeDataLoader)
-
-
-def _splits_packed_batches(options: poptorch.Options, args: Tuple[Any, ...],
-                           kwargs: Dict[str, Any]) -> bool:
-    """Whether this process takes its share of the packed batches (stream
-    packing over several processes with auto_distributed_partitioning)
-    instead of poptorch.DataLoader splitting the dataset."""
-    strategy = _TORCH_SIDE.bind_partial(*args, **kwargs).arguments.get(
-        "fixed_size_strategy", FixedSizeStrategy.PadToMax)
-    return (strategy == FixedSizeStrategy.StreamPack and
+def _packed_share(options: poptorch.Options,
+                  request: FixedSizeRequest) -> Optional[PackedShare]:
+    """This process's share of the packed batches, when it takes one
+    (stream packing over several processes with
+    auto_distributed_partitioning) instead of poptorch.DataLoader
+    splitting the dataset; None otherwise."""
+    kwargs = request.kwargs
+    if not (request.fixed_size_strategy == FixedSizeStrategy.StreamPack and
             options.Distributed.numProcesses > 1 and
-            kwargs.get("auto_distributed_partitioning", True))
+            kwargs.get("auto_distributed_partitioning", True)):
+        return None
+    return PackedShare(
+        options.Distributed.numProcesses, options.Distributed.processId,
+        kwargs.get("drop_last", True),
+        options.random_seed if options.exists("random_seed") else None)
 
 
 class DataLoader(pyg_dataloader.DataLoader, poptorch.DataLoader):
@@ -115,72 +106,45 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
     gets its own share of the data, every process the same number of
     steps: ``PadToMax`` splits the dataset as ``poptorch.DataLoader`` does;
     ``StreamPack`` packs the whole dataset in every process and splits the
-    packed batches (see :mod:`poptorch_geometric._partition`). Shuffling
+    packed batches (see :mod:`poptorch_geometric._packed_shares`). Shuffling
     needs ``options.randomSeed()``, so that every process draws the same
     order.
     """
 
+    @public
     def __init__(self, *args: Any,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
         options = options or poptorch.Options()
-        call = inspect.signature(
-            pyg_dataloader.FixedSizeDataLoader.__init__).bind(
-                self, *args, **kwargs)
-        call.apply_defaults()
-        self._last_batch = LastBatch(kwargs.get("drop_last", True),
-                                     mini_batches_per_step(options))
-        if self._pads_to_max(call.arguments):
-            self._keep_small_split(call.arguments, kwargs)
-        # Read by _create_packing_sampler, which runs before the base init.
-        self._split_options = None
-        if _splits_packed_batches(options, args, kwargs):
-            self._split_options = options
-            self._split_drop_last = kwargs.get("drop_last", True)
-            kwargs["auto_distributed_partitioning"] = False
-        super().__init__(*args, options=options, **kwargs)
+        request = FixedSizeRequest.bind(pyg_dataloader.FixedSizeDataLoader,
+                                        *args, **kwargs)
+        last_batch = LastBatch(request.kwargs.get("drop_last", True),
+                               mini_batches_per_step(options))
+        if request.pads_to_max:
+            _keep_small_split(request, last_batch)
+        share = _packed_share(options, request)
+        if share is not None:
+            # The packing sampler splits the batches, not poptorch's.
+            request.kwargs["auto_distributed_partitioning"] = False
+        parts = fixed_size_parts(
+            request, Combine(last_batch.num_mini_batches, share))
+        pyg_dataloader.warn_if_skip_does_nothing(
+            request.fixed_size_strategy, request.over_size_strategy)
+        self._take(parts, request.batch_size)
+        # poptorch.DataLoader's __init__ reads len(self), which needs both.
+        self._last_batch = last_batch
+        self._combines_packs = parts.batch_sampler is not None
+        poptorch.DataLoader.__init__(self, options, **parts.base_arguments())
 
-    __init__.__signature__ = _with_options(
+    __init__.__signature__ = signature_with_options(
         pyg_dataloader.FixedSizeDataLoader.__init__)
 
-    @staticmethod
-    def _pads_to_max(arguments: dict) -> bool:
-        return arguments["fixed_size_strategy"] == \
-            FixedSizeStrategy.PadToMax and \
-            "batch_sampler" not in arguments["kwargs"]
-
-    def _keep_small_split(self, arguments: dict, kwargs: dict) -> None:
-        dataset = arguments["dataset"]
-        if not hasattr(dataset, "__len__"):
-            return
-        per_step = (arguments["batch_size"] - 1) * \
-            self._last_batch.num_mini_batches
-        if self._last_batch.keeps_small_split(len(dataset), per_step):
-            logger.warning(
-                "The data set holds %d graph(s), fewer than one combined "
-                "batch (%d): the FixedSizeDataLoader yields them as one "
-                "padded batch instead of none (drop_last=True would drop "
-                "them all).", len(dataset), per_step)
-            kwargs["drop_last"] = False
-            self._last_batch.drop_last = False
-
     def _create_collater(self, **collater_args: Any) -> Any:
-        # With a batch sampler (StreamPack or the user's) each sampled list
-        # is one mini-batch and poptorch.DataLoader combines them in
-        # __iter__ (_combine_batches); otherwise torch hands over all
-        # mini-batches at once, the last combined batch possibly short.
-        # Torch replaces a None batch_sampler by its own in the base init:
-        # remember which way batches are combined.
-        self._combines_packs = self.batch_sampler is not None
-        if self._combines_packs:
-            mini_batch_size = num_mini_batches = None
-        else:
-            mini_batch_size = self.padded_batch_size - 1
-            num_mini_batches = self._last_batch.num_mini_batches
-        return CombinedBatchingCollater(
-            mini_batch_size=mini_batch_size,
-            num_mini_batches=num_mini_batches,
-            collater=super()._create_collater(**collater_args))
+        """The torch-side collater inside the loader's combining one (see
+        :class:`~._loader_parts.Combine`)."""
+        return Combine(self._last_batch.num_mini_batches).collater(
+            super()._create_collater(**collater_args),
+            self.padded_batch_size, self._combines_packs)
 
     @public
     def __len__(self) -> int:
@@ -215,24 +179,20 @@ class FixedSizeDataLoader(pyg_dataloader.FixedSizeDataLoader,
             "completed with padding-only mini-batches.",
             num_samples % self.combinedBatchSize, self.combinedBatchSize)
 
-    def _create_packing_sampler(self, dataset: Any, opts: Any, shuffle: bool,
-                                generator: Any, allow_skip_data: bool) -> Any:
-        options = self._split_options
-        if options is not None and shuffle and generator is None:
-            if not options.exists("random_seed"):
-                raise AssertionError(
-                    "When using auto_distributed_partitioning you must set "
-                    "poptorch.Options.randomSeed() to ensure that tensors are in "
-                    "the same order in all processes.")
-            # Every process packs the same shuffled order, epoch after epoch.
-            generator = torch.Generator().manual_seed(options.random_seed)
-        sampler = super()._create_packing_sampler(
-            dataset, opts, shuffle, generator, allow_skip_data)
-        if options is None:
-            return sampler
-        return PartitionedBatchSampler(
-            sampler, options.Distributed.numProcesses,
-            options.Distributed.processId,
-            options.device_iterations * options.Training.gradient_accumulation
-            * (options.replication_factor // options.input_group_size),
-            self._split_drop_last)
+
+def _keep_small_split(request: FixedSizeRequest,
+                      last_batch: LastBatch) -> None:
+    """A data set smaller than one combined batch is yielded as one padded
+    batch instead of none: ``drop_last`` is turned off for it."""
+    dataset = request.dataset
+    if not hasattr(dataset, "__len__"):
+        return
+    per_step = (request.batch_size - 1) * last_batch.num_mini_batches
+    if last_batch.keeps_small_split(len(dataset), per_step):
+        logger.warning(
+            "The data set holds %d graph(s), fewer than one combined "
+            "batch (%d): the FixedSizeDataLoader yields them as one "
+            "padded batch instead of none (drop_last=True would drop "
+            "them all).", len(dataset), per_step)
+        request.kwargs["drop_last"] = False
+        last_batch.drop_last = False

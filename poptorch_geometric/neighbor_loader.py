@@ -37,9 +37,10 @@ import poptorch_core as poptorch
 from ._padding_masks import registered_batches
 from ._sampling.neighbor_sampler import TorchNeighborSampler
 from ._sampling.seed_trim import keep_nodes_near_seeds
+from ._loader_parts import LoaderParts, padding_collater
+from ._strategies import OverSizeStrategy, trims
 from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
-from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
 
 __all__ = ["PyGFixedSizeNeighborLoader", "FixedSizeNeighborLoader",
            "TorchNeighborSampler"]
@@ -143,16 +144,28 @@ class PyGFixedSizeNeighborLoader(torch.utils.data.DataLoader):
         self.input_type, input_nodes, _ = get_input_nodes(data, input_nodes)
         self.fixed_size_options = fixed_size_options or \
             FixedSizeOptions.from_loader(self.neighbour_loader)
-        self._trim_nodes = over_size_strategy in _TRIMS_NODES
-        collater = self._create_collater(
-            fixed_size_options=self.fixed_size_options,
-            add_masks_to_batch=add_pad_masks, trim_nodes=self._trim_nodes,
-            trim_edges=over_size_strategy in _TRIMS_EDGES,
-            follow_batch=follow_batch, exclude_keys=exclude_keys)
+        self._trim_nodes = trims(over_size_strategy)[0]
+        self.fixed_size_collater = padding_collater(
+            self.fixed_size_options, over_size_strategy, add_pad_masks,
+            follow_batch, exclude_keys)
+        parts = self._parts(range(input_nodes.size(0)), batch_size, options,
+                            kwargs)
+        super().__init__(**parts.base_arguments())
+
+    def _parts(self, dataset: range, batch_size: int,
+               options: Optional[poptorch.Options],
+               kwargs: Dict[str, Any]) -> LoaderParts:
+        """The base loader's parts; with ``options`` (the PopTorch-side
+        loader) a step's seeds, ``batch_size`` by ``batch_size``, make its
+        mini-batches."""
+        collater: Callable[[Any], Any] = self.__collate__
         if options is not None:
-            kwargs["options"] = options
-        super().__init__(dataset=range(input_nodes.size(0)),
-                         collate_fn=collater, **kwargs)
+            collater = CombinedBatchingCollater(mini_batch_size=batch_size,
+                                                collater=collater)
+            kwargs = dict(kwargs, options=options)
+        return LoaderParts(dataset, kwargs.pop("batch_sampler", None),
+                           collater, self.fixed_size_collater,
+                           self.fixed_size_options, kwargs)
 
     @property
     def unpadded_loader(self) -> NeighborLoader:
@@ -201,6 +214,9 @@ class PyGFixedSizeNeighborLoader(torch.utils.data.DataLoader):
         return keep_nodes_near_seeds(data, seeds, limits)
 
     def _create_collater(self, **collater_args: Any) -> Any:
+        """Pads with ``FixedSizeCollater(**collater_args)`` from now on;
+        returns the collate function of seed positions (the loader's own
+        is built with its parts)."""
         self.fixed_size_collater = FixedSizeCollater(**collater_args)
         return self.__collate__
 
@@ -267,7 +283,6 @@ class FixedSizeNeighborLoader(PyGFixedSizeNeighborLoader,
                  options: Optional[poptorch.Options] = None,
                  **kwargs: Any) -> None:
         del filter_per_worker  # always True, as upstream
-        self.batch_size = batch_size
         super().__init__(data, num_neighbors, *args, batch_size=batch_size,
                          add_pad_masks=add_pad_masks, filter_per_worker=True,
                          options=options or poptorch.Options(), **kwargs)
@@ -277,8 +292,3 @@ class FixedSizeNeighborLoader(PyGFixedSizeNeighborLoader,
             p.replace(default=True) if p.name == "add_pad_masks" else p
             for p in inspect.signature(
                 PyGFixedSizeNeighborLoader.__init__).parameters.values()])
-
-    def _create_collater(self, **collater_args: Any) -> Any:
-        return CombinedBatchingCollater(
-            mini_batch_size=self.batch_size,
-            collater=super()._create_collater(**collater_args))

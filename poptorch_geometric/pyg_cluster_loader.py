@@ -16,7 +16,8 @@ Example::
 import copy
 import os
 import os.path as osp
-from typing import Any, Callable, Iterator, List, Optional
+import dataclasses
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch.serialization
 import torch.utils.data
@@ -26,11 +27,12 @@ from torch_geometric.data import Batch, Data
 
 from poptorch_core.files import atomic_write
 
+from ._loader_parts import LoaderParts, padding_collater
 from ._padding_masks import registered_batches
 from ._sampling.metis import graph_fingerprint, metis_partition
-from .collate import FixedSizeCollater
+from ._strategies import OverSizeStrategy
+from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
-from .pyg_dataloader import _TRIMS_EDGES, _TRIMS_NODES, OverSizeStrategy
 from ._refusals import public, refusing_iterator
 
 __all__ = ["ClusterData", "FixedSizeClusterLoader"]
@@ -118,6 +120,17 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
                  over_size_strategy: OverSizeStrategy =
                  OverSizeStrategy.TrimNodesAndEdges,
                  add_pad_masks: bool = True, **kwargs: Any) -> None:
+        parts = self._build(cluster_data, fixed_size_options, batch_size,
+                            over_size_strategy, add_pad_masks, kwargs)
+        super().__init__(**parts.base_arguments())
+
+    def _build(self, cluster_data: torch_geometric.loader.ClusterData,
+               fixed_size_options: FixedSizeOptions, batch_size: int,
+               over_size_strategy: OverSizeStrategy, add_pad_masks: bool,
+               kwargs: Dict[str, Any], combine: bool = False) -> LoaderParts:
+        """The loader's parts (the PopTorch-side loader's with
+        ``combine``: ``batch_size`` clusters per mini-batch); keeps the
+        attributes users read."""
         if fixed_size_options.num_graphs != 2:
             raise AssertionError(
                 f"fixed_size_options.num_graphs is "
@@ -129,15 +142,19 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
                     f"FixedSizeClusterLoader does not take {key}: it builds "
                     "its batches from groups of batch_size clusters.")
         self.cluster_data = cluster_data
-        self.batch_size = batch_size
         self.fixed_size_options = fixed_size_options
-        collater = self._create_collater(
-            fixed_size_options=fixed_size_options,
-            add_masks_to_batch=add_pad_masks,
-            trim_nodes=over_size_strategy in _TRIMS_NODES,
-            trim_edges=over_size_strategy in _TRIMS_EDGES)
-        super().__init__(dataset=range(len(cluster_data)),
-                         batch_size=batch_size, collate_fn=collater, **kwargs)
+        self.cluster_collater = torch_geometric.loader.ClusterLoader(
+            cluster_data, batch_size=batch_size)._collate
+        self.fixed_size_collater = padding_collater(
+            fixed_size_options, over_size_strategy, add_pad_masks)
+        collater: Callable[[List[int]], Batch] = MergedClusters(
+            cluster_data, self.cluster_collater, self.fixed_size_collater)
+        if combine:
+            collater = CombinedBatchingCollater(mini_batch_size=batch_size,
+                                                collater=collater)
+        return LoaderParts(range(len(cluster_data)), None, collater,
+                           self.fixed_size_collater, fixed_size_options,
+                           dict(kwargs, batch_size=batch_size))
 
     @property
     def unpadded_loader(self) -> torch_geometric.loader.ClusterLoader:
@@ -147,19 +164,29 @@ class FixedSizeClusterLoader(torch.utils.data.DataLoader):
             self.cluster_data, batch_size=self.batch_size)
 
     def _create_collater(self, **collater_args: Any) -> Any:
-        self.cluster_collater = torch_geometric.loader.ClusterLoader(
-            self.cluster_data, batch_size=self.batch_size)._collate
-        self.fixed_size_collater = FixedSizeCollater(**collater_args)
-        return self._collate
-
-    def _collate(self, cluster_ids: List[int]) -> Batch:
-        return self.fixed_size_collater([_merge_clusters(
-            self.cluster_data, self.cluster_collater, cluster_ids)])
+        """A collate function of cluster ids: the clusters merged, then
+        ``FixedSizeCollater(**collater_args)`` (the loader's own is built
+        with its parts)."""
+        return MergedClusters(self.cluster_data, self.cluster_collater,
+                              FixedSizeCollater(**collater_args))
 
     def __iter__(self) -> Iterator[Any]:
         # Batches that workers collate reach this process as copies: they
         # are registered as a fixed-size batch's here (padding-aware norms).
         return refusing_iterator(registered_batches(self, super().__iter__()))
+
+
+@dataclasses.dataclass
+class MergedClusters:
+    """Collates a list of cluster ids: their subgraph (``collate``, PyG's
+    ``ClusterLoader`` collate), padded by ``fixed_size_collater``."""
+    cluster_data: torch_geometric.loader.ClusterData
+    collate: Callable[[List[int]], Data]
+    fixed_size_collater: FixedSizeCollater
+
+    def __call__(self, cluster_ids: List[int]) -> Batch:
+        return self.fixed_size_collater([_merge_clusters(
+            self.cluster_data, self.collate, cluster_ids)])
 
 
 def _merge_clusters(cluster_data: torch_geometric.loader.ClusterData,

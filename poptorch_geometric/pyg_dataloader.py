@@ -10,84 +10,22 @@ Example::
     ...     (loader.fixed_size_options.num_nodes, ds[0].x.shape[1])}
     (4, True)
 """
-import enum
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import torch.utils.data
-from torch.utils.data import RandomSampler, SequentialSampler
-from torch_geometric.data import HeteroData
 
-from ._fastpath.graph_cache import cached_graphs
+from ._loader_parts import FixedSizeRequest, LoaderParts, fixed_size_parts
 from ._padding_masks import registered_batches
+from ._strategies import FixedSizeStrategy, OverSizeStrategy
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from ._refusals import public, refusing_iterator
 from .pyg_collate import Collater
-from .stream_packing_sampler import StreamPackingSampler
 
 from poptorch_core import logger
 
 __all__ = ["FixedSizeStrategy", "OverSizeStrategy", "DataLoader",
            "FixedSizeDataLoader"]
-
-
-class FixedSizeStrategy(enum.Enum):
-    """How real graphs are grouped into fixed-size batches.
-
-    * ``PadToMax``: ``batch_size - 1`` real graphs per batch, padded.
-    * ``StreamPack``: as many consecutive graphs as fit the budgets
-      (:class:`~poptorch_geometric.stream_packing_sampler.StreamPackingSampler`).
-    """
-    PadToMax = 0
-    StreamPack = 1
-
-
-class OverSizeStrategy(enum.Enum):
-    """What happens to graphs that do not fit the budgets.
-
-    * ``Error``: raise.
-    * ``Skip``: skip (StreamPack only; counted and logged); behaves like
-      ``Error`` with PadToMax.
-    * ``TrimNodes`` / ``TrimEdges`` / ``TrimNodesAndEdges``: randomly remove
-      nodes and/or edges (counted and logged).
-    """
-    Error = 0
-    Skip = 1
-    TrimNodes = 2
-    TrimEdges = 3
-    TrimNodesAndEdges = 4
-
-
-_TRIMS_NODES = (OverSizeStrategy.TrimNodes, OverSizeStrategy.TrimNodesAndEdges)
-_TRIMS_EDGES = (OverSizeStrategy.TrimEdges, OverSizeStrategy.TrimNodesAndEdges)
-
-
-def _stream_packing_sampler(dataset: Any, opts: FixedSizeOptions,
-                            shuffle: bool, generator: Any,
-                            allow_skip_data: bool,
-                            trim_oversize: bool = False
-                            ) -> StreamPackingSampler:
-    """The batch sampler of ``FixedSizeStrategy.StreamPack``: one graph,
-    node and edge of each batch stay free for the padding graph, and
-    batches are topped up from the lookahead the budgets were chosen for
-    (greedy for a dataset whose transform may change sizes). With
-    ``trim_oversize`` a graph too large for any batch makes a batch of its
-    own, which the loader's collater trims."""
-    # The loader's generator (if any) drives the shuffle, as it would
-    # without packing.
-    base = RandomSampler(dataset, generator=generator) if shuffle \
-        else SequentialSampler(dataset)
-    lookahead = getattr(opts, "packing_lookahead", 0)
-    if lookahead and getattr(dataset, "transform", None) is not None:
-        logger.info("The dataset has a transform, which may change graph "
-                    "sizes between accesses: packing greedily (lookahead 0) "
-                    "instead of with lookahead %d.", lookahead)
-        lookahead = 0
-    return StreamPackingSampler(
-        dataset, opts.num_graphs - 1, max_num_nodes=opts.total_num_nodes - 1,
-        max_num_edges=opts.total_num_edges - 1, base_sampler=base,
-        allow_skip_data=allow_skip_data, lookahead=lookahead,
-        trim_oversize=trim_oversize)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -169,87 +107,24 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
                  follow_batch: Optional[List[str]] = None,
                  exclude_keys: Optional[List[str]] = None,
                  **kwargs: Any) -> None:
-        if len(dataset) == 0:
-            raise ValueError(
-                "The dataset is empty: a FixedSizeDataLoader "
-                "needs at least one graph.")
-        self.fixed_size_options = fixed_size_options or \
-            FixedSizeOptions.from_dataset(dataset, batch_size)
-        # Later epochs reuse each graph object instead of rebuilding it.
-        dataset = cached_graphs(dataset)
-        opts = self.fixed_size_options
-        first = dataset[0]
-        if isinstance(first, HeteroData) and not opts.is_hetero():
-            opts.to_hetero(first.node_types, first.edge_types)
-        if batch_size != opts.num_graphs:
-            raise AssertionError(
-                f"batch_size ({batch_size}) must equal "
-                f"fixed_size_options.num_graphs ({opts.num_graphs}): every batch "
-                "is padded to num_graphs graphs.")
+        parts = fixed_size_parts(FixedSizeRequest(
+            dataset, batch_size, shuffle, fixed_size_options,
+            fixed_size_strategy, over_size_strategy, add_pad_masks,
+            follow_batch, exclude_keys, kwargs))
+        warn_if_skip_does_nothing(fixed_size_strategy, over_size_strategy)
+        self._take(parts, batch_size)
+        super().__init__(**parts.base_arguments())
+
+    def _take(self, parts: LoaderParts, batch_size: int) -> None:
+        """Keeps what users read of the built parts."""
+        self.fixed_size_options = parts.fixed_size_options
+        self.fixed_size_collater = parts.fixed_size_collater
         self.padded_batch_size = batch_size
-        # Read by _create_packing_sampler: a graph too large for any packed
-        # batch goes alone into one that the collater trims.
-        self._trims_oversize = over_size_strategy in (_TRIMS_NODES +
-                                                      _TRIMS_EDGES)
-        _warn_if_skip_does_nothing(fixed_size_strategy, over_size_strategy)
-        batch_sampler = self._choose_batch_sampler(
-            dataset, fixed_size_strategy, shuffle, kwargs,
-            allow_skip_data=over_size_strategy == OverSizeStrategy.Skip)
-        if batch_sampler is not None:
-            torch_batch_size, shuffle = 1, None
-        else:
-            torch_batch_size = batch_size - 1
-        self.batch_sampler = batch_sampler
-        if "collate_fn" in kwargs:
-            raise AssertionError(
-                "FixedSizeDataLoader makes its own collate_fn (a "
-                "FixedSizeCollater); do not pass one.")
-
-        collater = self._create_collater(
-            fixed_size_options=opts, add_masks_to_batch=add_pad_masks,
-            trim_nodes=over_size_strategy in _TRIMS_NODES,
-            trim_edges=over_size_strategy in _TRIMS_EDGES,
-            follow_batch=follow_batch, exclude_keys=exclude_keys)
-        super().__init__(dataset=dataset, batch_size=torch_batch_size,
-                         shuffle=shuffle, batch_sampler=batch_sampler,
-                         collate_fn=collater, **kwargs)
-
-    def _choose_batch_sampler(self, dataset: Any,
-                              strategy: FixedSizeStrategy, shuffle: bool,
-                              kwargs: Dict[str, Any],
-                              allow_skip_data: bool) -> Any:
-        """The user's ``batch_sampler`` (PadToMax), the packing sampler
-        (StreamPack), or None (torch batches ``batch_size - 1`` graphs)."""
-        batch_sampler = kwargs.pop("batch_sampler", None)
-        if strategy == FixedSizeStrategy.StreamPack:
-            if batch_sampler is not None:
-                raise ValueError(
-                    "A batch_sampler cannot be combined with "
-                    "FixedSizeStrategy.StreamPack, which makes its own "
-                    "(StreamPackingSampler); use PadToMax with a custom "
-                    "batch_sampler.")
-            return self._create_packing_sampler(
-                dataset, self.fixed_size_options, shuffle,
-                kwargs.get("generator"), allow_skip_data=allow_skip_data)
-        if strategy != FixedSizeStrategy.PadToMax:
-            raise NotImplementedError(
-                f"Unsupported fixed_size_strategy {strategy}.")
-        return batch_sampler
 
     def _create_collater(self, **collater_args: Any) -> Any:
-        self.fixed_size_collater = FixedSizeCollater(**collater_args)
-        return self.fixed_size_collater
-
-    def _create_packing_sampler(self, dataset: Any, opts: FixedSizeOptions,
-                                shuffle: bool, generator: Any,
-                                allow_skip_data: bool) -> Any:
-        """The batch sampler of ``StreamPack`` (a hook, as
-        ``_create_collater`` is, for the PopTorch loader's per-process
-        share)."""
-        return _stream_packing_sampler(dataset, opts, shuffle, generator,
-                                       allow_skip_data,
-                                       getattr(self, "_trims_oversize",
-                                               False))
+        """A collater padding one batch: ``FixedSizeCollater(**collater_args)``
+        (the loader's own is built with its parts)."""
+        return FixedSizeCollater(**collater_args)
 
     def __iter__(self) -> Iterator[Any]:
         # A refusal found while loading (by the collater or the sampler)
@@ -263,8 +138,8 @@ class FixedSizeDataLoader(torch.utils.data.DataLoader):
         return super().__len__()
 
 
-def _warn_if_skip_does_nothing(fixed_size_strategy: FixedSizeStrategy,
-                               over_size_strategy: OverSizeStrategy) -> None:
+def warn_if_skip_does_nothing(fixed_size_strategy: FixedSizeStrategy,
+                              over_size_strategy: OverSizeStrategy) -> None:
     """PopTorch accepts ``Skip`` with ``PadToMax``, where it skips nothing:
     say so before the first over-size graph raises."""
     if over_size_strategy == OverSizeStrategy.Skip and \

@@ -408,3 +408,30 @@ class StreamPackingSampler(Sampler[List[int]]):
             self._len = sum(1 for _ in self._at_least_one(
                 self._pack(skipped), skipped))
         return self._len
+
+
+def packing_sampler(dataset: Any, opts: Any, shuffle: bool, generator: Any,
+                    allow_skip_data: bool, trim_oversize: bool = False
+                    ) -> StreamPackingSampler:
+    """The batch sampler of ``FixedSizeStrategy.StreamPack`` for a
+    loader with ``opts`` (its ``FixedSizeOptions``): one graph,
+    node and edge of each batch stay free for the padding graph, and
+    batches are topped up from the lookahead the budgets were chosen for
+    (greedy for a dataset whose transform may change sizes). With
+    ``trim_oversize`` a graph too large for any batch makes a batch of its
+    own, which the loader's collater trims."""
+    # The loader's generator (if any) drives the shuffle, as it would
+    # without packing.
+    base = RandomSampler(dataset, generator=generator) if shuffle \
+        else SequentialSampler(dataset)
+    lookahead = getattr(opts, "packing_lookahead", 0)
+    if lookahead and getattr(dataset, "transform", None) is not None:
+        logger.info("The dataset has a transform, which may change graph "
+                    "sizes between accesses: packing greedily (lookahead 0) "
+                    "instead of with lookahead %d.", lookahead)
+        lookahead = 0
+    return StreamPackingSampler(
+        dataset, opts.num_graphs - 1, max_num_nodes=opts.total_num_nodes - 1,
+        max_num_edges=opts.total_num_edges - 1, base_sampler=base,
+        allow_skip_data=allow_skip_data, lookahead=lookahead,
+        trim_oversize=trim_oversize)

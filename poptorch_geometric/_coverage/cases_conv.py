@@ -45,7 +45,8 @@ def _mesh_index(data: Batch) -> torch.Tensor:
     return torch.stack([own.repeat_interleave(4), nbrs.reshape(-1)])
 
 
-def _pna_degree() -> torch.Tensor:
+def pna_degree() -> torch.Tensor:
+    """The in-degree histogram of the probe graphs (PNA's ``deg``)."""
     from .data import make_batches
     ei = make_batches(0).plain.edge_index
     d = degree(ei[1], int(ei.max()) + 1, dtype=torch.long)
@@ -165,7 +166,7 @@ CONV_CASES: List[Case] = [
     _c("LEConv", lambda: conv.LEConv(C, OUT), _x_ei_w),
     _c("PNAConv", lambda: conv.PNAConv(
         C, OUT, ["mean", "min", "max", "std"],
-        ["identity", "amplification", "attenuation"], _pna_degree(),
+        ["identity", "amplification", "attenuation"], pna_degree(),
         edge_dim=EDGE_DIM), _x_ei_attr),
     _c("ClusterGCNConv", lambda: conv.ClusterGCNConv(C, OUT, diag_lambda=1.),
        _x_ei),

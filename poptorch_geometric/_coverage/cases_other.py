@@ -8,7 +8,7 @@ import torch
 from torch.nn import Linear
 from torch_geometric.nn import aggr, models, norm, pool
 
-from .cases_conv import OUT, _pna_degree
+from .cases_conv import OUT, pna_degree
 from .data import IN_CHANNELS as C, NUM_NODE_TYPES
 from .probe import Case
 
@@ -35,7 +35,7 @@ MODEL_CASES: List[Case] = [
     _model("GraphSAGE", lambda: models.GraphSAGE(C, 16, 2, OUT)),
     _model("GIN", lambda: models.GIN(C, 16, 2, OUT)),
     _model("GAT", lambda: models.GAT(C, 16, 2, OUT, heads=2)),
-    _model("PNA", lambda: models.PNA(C, 16, 2, OUT, deg=_pna_degree(),
+    _model("PNA", lambda: models.PNA(C, 16, 2, OUT, deg=pna_degree(),
                                      **_PNA)),
     _model("EdgeCNN", lambda: models.EdgeCNN(C, 16, 2, OUT)),
 ]
@@ -76,7 +76,7 @@ AGGR_CASES: List[Case] = [
     _a("GRUAggregation", lambda: aggr.GRUAggregation(C, OUT)),
     _a("Set2Set", lambda: aggr.Set2Set(C, processing_steps=2)),
     _a("DegreeScalerAggregation", lambda: aggr.DegreeScalerAggregation(
-        ["mean", "max"], ["identity", "amplification"], _pna_degree())),
+        ["mean", "max"], ["identity", "amplification"], pna_degree())),
     _a("SortAggregation", lambda: aggr.SortAggregation(k=3)),
     _a("GraphMultisetTransformer",
        lambda: aggr.GraphMultisetTransformer(C, k=4, heads=2)),

@@ -30,7 +30,7 @@ from torch_geometric.data import Batch
 import poptorch_core as poptorch
 
 from .data import BatchPair, make_families
-from .probe import Case, Probe, Row, _close, run_checks
+from .probe import Case, Probe, Row, mismatch, run_checks
 
 __all__ = ["PoolProbe", "run_pool_case"]
 
@@ -80,7 +80,7 @@ def _compare(actual: Dict[str, Any], expected: Dict[str, Any],
         if got[key].shape[0] < value.shape[0]:
             return (f"{key}: {got[key].shape[0]} used entries, PyG has "
                     f"{value.shape[0]}")
-        problem = _close(got[key], value)
+        problem = mismatch(got[key], value)
         if problem is not None:
             return f"{key}: {problem}"
     extra = got.get("batch")

@@ -129,7 +129,9 @@ def _eager(probe: Probe, case: Case, pair: BatchPair) -> _Eager:
     return _Eager(out_eval, out_train.detach(), grads, weight)
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+def mismatch(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+    """What differs between ``actual`` (its leading ``expected.shape[0]``
+    rows) and ``expected`` beyond the probe's tolerances, or None."""
     actual = actual[:expected.shape[0]]
     if actual.shape != expected.shape:
         return f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
@@ -175,7 +177,7 @@ Compare = Callable[[Any, Any, BatchPair], Optional[str]]
 
 def _compare_rows(actual: torch.Tensor, expected: torch.Tensor,
                   _pair: BatchPair) -> Optional[str]:
-    return _close(actual, expected)
+    return mismatch(actual, expected)
 
 
 def run_case(case: Case, families: Optional[List[BatchPair]] = None,
@@ -298,7 +300,7 @@ def _check_training(row: Row, probe: Probe, families: List[BatchPair],
                              f"PyG: {problem}")
             return False
         for name, grad in reference.grads.items():
-            problem = _close(grads[name], grad)
+            problem = mismatch(grads[name], grad)
             if problem is not None:
                 row.reason = _on(pair, f"{what}: gradient of {name} "
                                  f"differs: {problem}")

@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import InMemoryDataset
 
 from .storage import GraphStorage, unwrap_subsets
+from .storage_columns import StorageColumns
 
 
 class GraphList(list):
@@ -52,6 +53,12 @@ class GraphList(list):
             return GraphList(super().__getitem__(item), self.storage,
                              self.positions[item])
         return super().__getitem__(item)
+
+    def padding_columns(self) -> StorageColumns:
+        """The collater's view of these graphs, read from the storage
+        where it can (graphs read from a plain ``Data`` storage are plain
+        ``Data``)."""
+        return StorageColumns(self, self.storage, self.positions)
 
 
 class CachedGraphs(Dataset):

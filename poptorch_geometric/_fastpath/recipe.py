@@ -67,7 +67,7 @@ from .._padding.columns import cat_dim
 from .._padding.plan import (AttrSpec, Level, graph_spec, split_evenly,
                              split_hosted)
 from ..common import DataBatch as _DATA_BATCH
-from .collate import _ptr, _values_ok
+from .vectorised import listable_values, sizes_ptr as _ptr
 
 #: Dtypes of index keys whose node offsets a recipe adds (PyG's sum with a
 #: 0-dim int64 tensor keeps them).
@@ -316,7 +316,7 @@ def _listed(name: str, graphs: Any, num_graphs: int,
     numbers as tensors: a number here is a graph's own, left to the full
     path.)"""
     column = [graph._store._mapping[name] for graph in graphs]
-    if not _values_ok(column) or isinstance(column[0], (int, float)):
+    if not listable_values(column) or isinstance(column[0], (int, float)):
         return None
     # The padding value is the full path's: ``graph_spec``'s fill.
     fill = graph_spec(opts, name, column[0], None, use_defaults=True).fill

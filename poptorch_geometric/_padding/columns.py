@@ -30,6 +30,12 @@ class Columns:
     """Per-key lists of the graphs' values (``column``) and of their sizes
     along a dim (``sizes``), both cached."""
 
+    #: Whether the graphs were checked once where they come from (their
+    #: edges point inside their graph, their attributes agree), so that a
+    #: batch of them needs no such check. A subclass that reads graphs
+    #: from a checked source says so.
+    checked_at_source = False
+
     def __init__(self, data_list: List[Data]) -> None:
         self._data_list = data_list
         self._mappings: Optional[List[Dict[str, Any]]] = None
@@ -53,13 +59,12 @@ class Columns:
     @staticmethod
     def of(data_list: List[BaseData]) -> Optional["Columns"]:
         """Columns of ``data_list``, or None unless every graph is a plain
-        ``Data`` (subclasses may batch differently). A list that knows its
-        dataset storage (``storage`` and ``positions`` attributes, see
-        ``_graph_cache.GraphList``) reads from that storage where it can."""
-        storage = getattr(data_list, "storage", None)
-        if storage is not None:
-            # Graphs read from a plain ``Data`` storage are plain ``Data``.
-            return StorageColumns(data_list, storage, data_list.positions)
+        ``Data`` (subclasses may batch differently). A list that brings its
+        own view (a ``padding_columns()`` method, as the fast path's lists
+        of a dataset's graphs have) gives that view."""
+        own_view = getattr(data_list, "padding_columns", None)
+        if own_view is not None:
+            return own_view()
         if set(map(type, data_list)) != {Data}:
             return None
         return Columns(data_list)
@@ -161,87 +166,6 @@ class Columns:
                      and not any(map(_REQUIRES_GRAD, column)))
             self._plain[key] = plain
         return plain
-
-
-class StorageColumns(Columns):
-    """:class:`Columns` of graphs that are slices of one dataset storage
-    (``_storage.GraphStorage``): the sizes and the concatenation of the keys
-    the storage serves come from it in a few vectorised ops; other keys are
-    read from the graphs."""
-
-    def __init__(self, data_list: List[Data], storage: Any,
-                 positions: Any) -> None:
-        super().__init__(data_list)
-        # Slices of one storage have the same keys (``separate`` gives each
-        # every key the storage has slices for).
-        self._same_keys = True
-        self.storage = storage
-        self.positions = positions
-        self._size_arrays: Dict[str, Any] = {}
-        self._size_lists: Dict[str, List[int]] = {}
-        self._indices: Dict[Tuple[str, int], Tensor] = {}
-
-    def _sizes_of(self, key: str) -> Any:
-        group = self.storage.group(key)
-        sizes = self._size_arrays.get(group)
-        if sizes is None:
-            sizes = self.storage.sizes(key, self.positions)
-            self._size_arrays[group] = sizes
-        return sizes
-
-    def sizes(self, key: str, dim: int) -> List[int]:
-        if not self.storage.serves(key, dim):
-            return super().sizes(key, dim)
-        # One list per group of keys with equal slices: the collater builds
-        # one size tensor per distinct list.
-        group = self.storage.group(key)
-        sizes = self._size_lists.get(group)
-        if sizes is None:
-            sizes = self._sizes_of(key).tolist()
-            self._size_lists[group] = sizes
-        return sizes
-
-    def first(self, key: str) -> Any:
-        # Every graph of a storage has every key of the storage.
-        if self.storage.serves(key):
-            return self.first_mapping[key]
-        return super().first(key)
-
-    def leading_sizes(self, key: str) -> Optional[List[int]]:
-        # A storage slice has the storage's dims, at least one.
-        if self.storage.serves(key, 0):
-            return self.sizes(key, 0)
-        return super().leading_sizes(key)
-
-    def plain_tensors(self, key: str) -> bool:
-        # One storage tensor: one dtype, dense, on the CPU, no gradients.
-        return self.storage.serves(key) or super().plain_tensors(key)
-
-    def _gather_index(self, key: str, pad: int) -> Tensor:
-        # Keys with equal slices share one index per padding length.
-        group = (self.storage.group(key), pad)
-        index = self._indices.get(group)
-        if index is None:
-            index = self.storage.gather_index(key, self.positions,
-                                              self._sizes_of(key), pad)
-            self._indices[group] = index
-        return index
-
-    def concat(self, key: str, dim: int, out: Tensor) -> None:
-        if not self.storage.serves(key, dim):
-            super().concat(key, dim, out)
-            return
-        self.storage.gather(key, self._gather_index(key, 0), out=out)
-
-    def padded_concat(self, key: str, dim: int, pad: int,
-                      fill: Any) -> Optional[Tensor]:
-        if not self.storage.serves(key, dim):
-            return None
-        padded = self.storage.padded(key, fill)
-        if padded is None:
-            return None
-        return self.storage.gather_padded(key, padded,
-                                          self._gather_index(key, pad))
 
 
 def cat_dim(key: str) -> int:

@@ -39,7 +39,7 @@ from torch import Tensor
 
 import poptorch_core as poptorch
 
-from ..ops._neighbours import (as_points, distances, nearest_slots,
+from ..ops.neighbour_search import (as_points, distances, nearest_slots,
                                to_edge_slots)
 
 __all__ = ["knn_kernel", "radius_kernel", "nearest_kernel", "SCHEMAS",
@@ -154,7 +154,7 @@ def _blocks(x: Tensor, y: Tensor, ptr_x: Optional[Tensor],
 
 def _smallest(dist: Tensor, slots: int,
               limit: float = math.inf) -> Tuple[Tensor, Tensor]:
-    """:func:`~poptorch_geometric.ops._neighbours.nearest_slots` (the
+    """:func:`~poptorch_geometric.ops.neighbour_search.nearest_slots` (the
     ``slots`` nearest, ties to the lower index) for long rows: the
     ``slots``-th smallest distance bounds the candidates, and only those
     are ordered."""

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from ._neighbours import as_points
+from .neighbour_search import as_points
 from .knn import knn
 
 __all__ = ["knn_interpolate"]

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._neighbours import as_points, batch_vector, check_batch, distances
+from .neighbour_search import as_points, batch_vector, check_batch, distances
 
 __all__ = ["nearest"]
 

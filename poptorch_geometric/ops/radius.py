@@ -19,7 +19,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from ._neighbours import (as_points, batch_vector, check_batch, distances,
+from .neighbour_search import (as_points, batch_vector, check_batch, distances,
                           nearest_slots, to_edge_slots)
 from .knn import check_flow
 

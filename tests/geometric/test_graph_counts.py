@@ -17,8 +17,8 @@ from torch.nn import Parameter
 from torch_geometric.data import Data, HeteroData
 
 from poptorch_geometric._fastpath.storage import GraphStorage
-from poptorch_geometric._padding.columns import (Columns, StorageColumns,
-                                                 cat_dim)
+from poptorch_geometric._fastpath.storage_columns import StorageColumns
+from poptorch_geometric._padding.columns import Columns, cat_dim
 from poptorch_geometric._padding.sizes import (edge_count, hetero_counts,
                                                homogeneous_counts, node_count)
 

@@ -11,7 +11,8 @@ from torch_geometric.data import Data, HeteroData
 from poptorch_geometric import (CombinedBatchingCollater, FixedSizeCollater,
                                 FixedSizeDataLoader, FixedSizeOptions,
                                 FixedSizeStrategy)
-from poptorch_geometric._padding.columns import Columns, StorageColumns
+from poptorch_geometric._padding.columns import Columns
+from poptorch_geometric._fastpath.storage_columns import StorageColumns
 from poptorch_geometric._fastpath.graph_cache import (CachedGraphs, GraphList,
                                              cached_graphs)
 from poptorch_geometric._fastpath.storage import GraphStorage

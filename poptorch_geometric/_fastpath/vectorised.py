@@ -6,7 +6,7 @@ graphs)`` (the reference path), including ``_slice_dict``, ``_inc_dict`` and
 makes it fast: per-graph Python work is limited to gathering tensors and
 sizes; then there is one ``torch.cat`` per attribute written straight into a
 preallocated output (one ``index_select`` of the dataset's storage when the
-graphs are slices of an ``InMemoryDataset``, see ``_storage``), the padding
+graphs are slices of an ``InMemoryDataset``, see ``storage``), the padding
 block is one ``fill_``, and index offsets come from one cumulative sum of
 the node counts expanded by one repeat. PyG instead adds the offset graph by
 graph and builds the batch vector from one ``torch.full`` per graph. Sizes
@@ -30,13 +30,13 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.typing import TensorFrame
 from torch_geometric.utils import cumsum
 
-from .._padding.columns import Columns, StorageColumns
+from .._padding.columns import Columns
 from .._padding.validate import check_local_indices, check_same_shapes
 from .._padding.plan import AttrSpec, Level, PaddingPlan, share_sizes
 from ..common import DataBatch as _DATA_BATCH
 
 
-def _values_ok(column: List[Any]) -> bool:
+def listable_values(column: List[Any]) -> bool:
     """True when PyG lists the non-tensor values of ``column`` or makes
     them one tensor (no nested dicts or lists of tensors)."""
     v0 = column[0]
@@ -60,7 +60,7 @@ def _gather(columns: Columns, keys: List[str]) -> bool:
             # dtypes would promote unlike PyG's per-graph additions.
             if not columns.plain_tensors(key):
                 return False
-        elif not _values_ok(columns.column(key)):
+        elif not listable_values(columns.column(key)):
             return False
     return True
 
@@ -73,7 +73,7 @@ def _long(values: Any) -> Tensor:
     return torch.from_numpy(np.asarray(values, dtype=np.int64))
 
 
-def _ptr(sizes: np.ndarray) -> Tensor:
+def sizes_ptr(sizes: np.ndarray) -> Tensor:
     """``torch_geometric.utils.cumsum`` of int64 ``sizes``: a leading 0,
     then the running sum."""
     ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
@@ -86,7 +86,7 @@ class _Offsets:
 
     def __init__(self, node_counts: List[int]) -> None:
         self.counts = _long(node_counts)
-        self.ptr = _ptr(self.counts.numpy())
+        self.ptr = sizes_ptr(self.counts.numpy())
         self.num_graphs = len(node_counts)
         # PyG's increments are ``cumsum(repeats[:-1])``: the ptr without its
         # end; it adds them only when the last one is non-zero.
@@ -136,8 +136,7 @@ def _concat_and_fill(spec: AttrSpec, columns: Columns, dim: int,
             # torch names neither the attribute nor the graphs.
             check_same_shapes(columns.column(spec.key), spec.key, dim)
             raise
-        if spec.key == "edge_index" and not isinstance(columns,
-                                                       StorageColumns):
+        if spec.key == "edge_index" and not columns.checked_at_source:
             # The graphs' own indices, before the batch offsets: each must
             # point to a node of its graph (a storage was checked once).
             check_local_indices(out.narrow(dim, 0, num_real), real_sizes,
@@ -178,7 +177,7 @@ def _collate_tensor(spec: AttrSpec, columns: Columns, pad_sizes: List[int],
         per_element = per_element.to(dtype).view(view)
         out = out.add_(per_element) if dtype == out.dtype \
             else out.to(dtype) + per_element
-    return out, _ptr(sizes.numpy()) if bookkeeping else None, incs
+    return out, sizes_ptr(sizes.numpy()) if bookkeeping else None, incs
 
 
 def _collate_values(spec: AttrSpec, column: List[Any], num_pad: int,
