@@ -302,7 +302,8 @@ def test_a_dropped_step_leaves_no_trace_in_the_buffers():
     the step: the buffers are those of the steps applied, as in an eager
     loop of that many steps."""
     torch.manual_seed(0)
-    model = MLP(batch_norm=True)  # each forward pass writes its buffers
+    model = MLP(batch_norm=True)
+    assert dict(model.named_buffers())  # what each forward pass writes
     eager = copy.deepcopy(model)
     opts = poptorch.Options().deviceIterations(5)
     ipu = poptorch.trainingModel(model, opts, poptorch.optim.Adam(
