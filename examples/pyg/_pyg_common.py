@@ -9,7 +9,8 @@ the diff between them is only the conversion:
 - :func:`parse_args` parses the common flags plus the script's own and
   seeds torch;
 - :func:`train_epochs` is PyG's epoch loop: the script's ``train()``, then
-  its evaluation, logged each epoch, then finished;
+  its ``test()``, logged each epoch, then finished;
+  :func:`mask_accuracies` is the Planetoid scripts' evaluation;
 - :func:`log` prints one epoch's metrics, as ``torch_geometric.logging.log``
   does, and records them;
 - :func:`finish` prints the final metrics. In a converted script run with
@@ -36,8 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["data_root", "finish", "log", "molecules", "parse_args",
-           "train_epochs"]
+__all__ = ["data_root", "finish", "log", "mask_accuracies", "molecules",
+           "parse_args", "train_epochs"]
 
 HERE = osp.dirname(osp.abspath(__file__))
 _REPO_DATASETS = osp.join(HERE, "..", "..", "datasets")
@@ -196,6 +197,16 @@ def train_epochs(epochs: int, train: Callable[[], float],
             metrics[metric] = best[metric]
         log(Epoch=epoch, Loss=loss, **metrics)
     finish(Loss=loss, **(metrics if best is None else best))
+
+
+def mask_accuracies(pred: torch.Tensor, data: Any) -> Dict[str, float]:
+    """The accuracy of the predicted classes ``pred`` on each of ``data``'s
+    node masks, as PyG's Planetoid examples compute it: ``{"Train": ...,
+    "Val": ..., "Test": ...}``."""
+    return {name: int((pred[mask] == data.y[mask]).sum()) / int(mask.sum())
+            for name, mask in [("Train", data.train_mask),
+                               ("Val", data.val_mask),
+                               ("Test", data.test_mask)]}
 
 
 def molecules(args: argparse.Namespace, task: str = "classification"

@@ -17,7 +17,8 @@ from torch_geometric.nn import GATConv
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent if HERE.name == "reference" else HERE))
-from _pyg_common import data_root, parse_args, train_epochs  # noqa: E402
+from _pyg_common import (data_root, mask_accuracies, parse_args,  # noqa: E402
+                         train_epochs)
 
 args = parse_args(epochs=200, hidden_channels=8, heads=8, lr=0.005,
                   dropout=0.6)
@@ -62,14 +63,8 @@ def train():
 def test():
     model.eval()
     pred = test_model(data.x, data.edge_index).argmax(dim=-1)
-
-    accs = []
-    for mask in [data.train_mask, data.val_mask, data.test_mask]:
-        accs.append(int((pred[mask] == data.y[mask]).sum()) / int(mask.sum()))
-    return accs
+    return mask_accuracies(pred, data)
 
 
 # Test is reported at the epoch of the best Val.
-train_epochs(args.epochs, train,
-             lambda: dict(zip(['Train', 'Val', 'Test'], test())),
-             select=('Val', 'Test'))
+train_epochs(args.epochs, train, test, select=('Val', 'Test'))
