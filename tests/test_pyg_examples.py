@@ -12,6 +12,7 @@ Runs are short (few epochs, small subsets).
 """
 import ast
 import difflib
+import importlib
 import json
 import pathlib
 import runpy
@@ -68,6 +69,37 @@ def test_conversion_stays_under_ten_lines(name):
     print(f"{name}: {written} lines written, {removed} removed")
     assert written < 10, f"{name}: {written} lines written or changed"
     assert "import poptorch" not in reference
+
+
+def test_train_epochs_reports_test_at_the_best_val(tmp_path, monkeypatch):
+    """The shared epoch loop's model selection logs and finishes what the
+    loop of PyG's gcn.py does: Test from the epoch of the highest Val so
+    far (strictly higher, starting from 0)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    common = importlib.import_module("_pyg_common")
+    losses = [4.0, 3.0, 2.0, 1.0]
+    evals = [(0.5, 0.0, 0.1), (0.6, 0.3, 0.2), (0.7, 0.2, 0.9),
+             (0.8, 0.3, 0.4)]  # Train, Val, Test
+    out = tmp_path / "run.json"
+    common.parse_args(["--epochs", "4", "--json", str(out)])
+    steps, tests = iter(losses), iter(evals)
+    common.train_epochs(4, lambda: next(steps), lambda: dict(
+        zip(("Train", "Val", "Test"), next(tests))), select=("Val", "Test"))
+
+    expected, best_val_acc, test_acc = [], 0, 0
+    for epoch, (loss, (train_acc, val_acc, tmp_test_acc)) in enumerate(
+            zip(losses, evals), 1):
+        if val_acc > best_val_acc:
+            best_val_acc = val_acc
+            test_acc = tmp_test_acc
+        expected.append(dict(Epoch=epoch, Loss=loss, Train=train_acc,
+                             Val=val_acc, Test=test_acc))
+    results = json.loads(out.read_text())["results"]
+    assert [{k: v for k, v in h.items() if k != "seconds"}
+            for h in results["history"]] == expected
+    assert results["final"] == dict(Loss=1.0, Val=best_val_acc,
+                                    Test=test_acc) == dict(Loss=1.0, Val=0.3,
+                                                           Test=0.2)
 
 
 def _run(name: str, argv: List[str], tmp_path: pathlib.Path,

@@ -8,6 +8,9 @@ the diff between them is only the conversion:
 
 - :func:`parse_args` parses the common flags plus the script's own and
   seeds torch;
+- :func:`train_epochs` is PyG's epoch loop: the script's ``train()``, then
+  its ``test()``, logged each epoch, then finished;
+  :func:`mask_accuracies` is the Planetoid scripts' evaluation;
 - :func:`log` prints one epoch's metrics, as ``torch_geometric.logging.log``
   does, and records them;
 - :func:`finish` prints the final metrics. In a converted script run with
@@ -30,11 +33,12 @@ import runpy
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["data_root", "finish", "log", "molecules", "parse_args"]
+__all__ = ["data_root", "finish", "log", "mask_accuracies", "molecules",
+           "parse_args", "train_epochs"]
 
 HERE = osp.dirname(osp.abspath(__file__))
 _REPO_DATASETS = osp.join(HERE, "..", "..", "datasets")
@@ -161,6 +165,48 @@ def finish(**final: float) -> None:
         with open(partial, "w", encoding="utf-8") as file:
             json.dump(record, file, indent=2)
         os.replace(partial, args["json"])
+
+
+def train_epochs(epochs: int, train: Callable[[], float],
+                 evaluate: Callable[[], Dict[str, float]],
+                 select: Optional[Tuple[str, str]] = None) -> None:
+    """PyG's epoch loop, shared so that each script keeps only its own
+    ``train()`` and ``test()``: for epochs 1 to ``epochs``, ``loss =
+    train()``, then the metrics ``evaluate()`` returns, logged with
+    :func:`log`; then :func:`finish` with the last loss and metrics.
+
+    ``select=(by, metric)`` is the model selection of PyG's Planetoid
+    examples: ``metric`` is logged and finished as it was at the epoch of
+    the highest ``by`` so far (0 until one is above 0), and the final
+    metrics are that best ``by`` and that ``metric``.
+
+    Example (``train`` and ``test`` as in the batched scripts)::
+
+        train_epochs(args.epochs, train, lambda: dict(
+            Train=test(train_loader), Test=test(test_loader)))
+    """
+    loss, metrics = float("nan"), {}
+    best = None if select is None else dict.fromkeys(select, 0.0)
+    for epoch in range(1, epochs + 1):
+        loss = train()
+        metrics = dict(evaluate())
+        if select is not None:
+            by, metric = select
+            if metrics[by] > best[by]:
+                best = {by: metrics[by], metric: metrics[metric]}
+            metrics[metric] = best[metric]
+        log(Epoch=epoch, Loss=loss, **metrics)
+    finish(Loss=loss, **(metrics if best is None else best))
+
+
+def mask_accuracies(pred: torch.Tensor, data: Any) -> Dict[str, float]:
+    """The accuracy of the predicted classes ``pred`` on each of ``data``'s
+    node masks, as PyG's Planetoid examples compute it: ``{"Train": ...,
+    "Val": ..., "Test": ...}``."""
+    return {name: int((pred[mask] == data.y[mask]).sum()) / int(mask.sum())
+            for name, mask in [("Train", data.train_mask),
+                               ("Val", data.val_mask),
+                               ("Test", data.test_mask)]}
 
 
 def molecules(args: argparse.Namespace, task: str = "classification"

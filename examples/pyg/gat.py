@@ -17,7 +17,8 @@ from torch_geometric.nn import GATConv
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent if HERE.name == "reference" else HERE))
-from _pyg_common import data_root, finish, log, parse_args  # noqa: E402
+from _pyg_common import (data_root, mask_accuracies, parse_args,  # noqa: E402
+                         train_epochs)
 
 args = parse_args(epochs=200, hidden_channels=8, heads=8, lr=0.005,
                   dropout=0.6)
@@ -62,19 +63,8 @@ def train():
 def test():
     model.eval()
     pred = test_model(data.x, data.edge_index).argmax(dim=-1)
-
-    accs = []
-    for mask in [data.train_mask, data.val_mask, data.test_mask]:
-        accs.append(int((pred[mask] == data.y[mask]).sum()) / int(mask.sum()))
-    return accs
+    return mask_accuracies(pred, data)
 
 
-best_val_acc = test_acc = 0
-for epoch in range(1, args.epochs + 1):
-    loss = train()
-    train_acc, val_acc, tmp_test_acc = test()
-    if val_acc > best_val_acc:
-        best_val_acc = val_acc
-        test_acc = tmp_test_acc
-    log(Epoch=epoch, Loss=loss, Train=train_acc, Val=val_acc, Test=test_acc)
-finish(Loss=loss, Val=best_val_acc, Test=test_acc)
+# Test is reported at the epoch of the best Val.
+train_epochs(args.epochs, train, test, select=('Val', 'Test'))

@@ -18,7 +18,7 @@ from torch_geometric.nn import NNConv, Set2Set
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent if HERE.name == "reference" else HERE))
-from _pyg_common import finish, log, molecules, parse_args  # noqa: E402
+from _pyg_common import molecules, parse_args, train_epochs  # noqa: E402
 
 args = parse_args(epochs=20, batch_size=128, dim=32, lr=0.001)
 
@@ -90,8 +90,4 @@ def test(loader):
     return error / len(loader.dataset)
 
 
-for epoch in range(1, args.epochs + 1):
-    loss = train()
-    test_error = test(test_loader)
-    log(Epoch=epoch, Loss=loss, Test_MAE=test_error)
-finish(Loss=loss, Test_MAE=test_error)
+train_epochs(args.epochs, train, lambda: dict(Test_MAE=test(test_loader)))

@@ -26,7 +26,7 @@ from torch_geometric.nn import global_mean_pool as gap
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent if HERE.name == "reference" else HERE))
-from _pyg_common import finish, log, molecules, parse_args  # noqa: E402
+from _pyg_common import molecules, parse_args, train_epochs  # noqa: E402
 
 args = parse_args(epochs=20, batch_size=60, hidden_channels=128, lr=0.0005,
                   dropout=0.5, ratio=0.8)
@@ -103,9 +103,5 @@ def test(loader):
     return correct / len(loader.dataset)
 
 
-for epoch in range(1, args.epochs + 1):
-    loss = train()
-    train_acc = test(train_loader)
-    test_acc = test(test_loader)
-    log(Epoch=epoch, Loss=loss, Train=train_acc, Test=test_acc)
-finish(Loss=loss, Train=train_acc, Test=test_acc)
+train_epochs(args.epochs, train, lambda: dict(
+    Train=test(train_loader), Test=test(test_loader)))

@@ -1,20 +1,75 @@
-"""Small models shared by the executor and tracing tests."""
+"""Small models shared by the executor and tracing tests.
+
+A test builds one of these rather than its own copy, with the sizes and
+flags it needs; a test keeps its own model only where the model itself is
+what it tests (an ignored parameter, an in-place edit, a returned weight).
+"""
+from typing import Callable, Optional
+
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv, GINConv, global_add_pool
 
+import poptorch
 
-class MLP(torch.nn.Module):
-    """x -> (out, mse loss)."""
 
-    def __init__(self, in_features=4, hidden=8, out_features=3):
+class LinearMSE(torch.nn.Module):
+    """(x, y) -> (out, mse loss) through one ``Linear`` named ``fc``.
+
+    >>> LinearMSE(3, 2)(torch.zeros(4, 3), torch.zeros(4, 2))[0].shape
+    torch.Size([4, 2])
+    """
+
+    def __init__(self, in_features: int = 3, out_features: int = 2,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.fc1 = torch.nn.Linear(in_features, hidden)
-        self.fc2 = torch.nn.Linear(hidden, out_features)
+        self.fc = torch.nn.Linear(in_features, out_features, bias=bias)
 
     def forward(self, x, y):
-        out = self.fc2(torch.relu(self.fc1(x)))
+        out = self.fc(x)
         return out, F.mse_loss(out, y)
+
+
+class SumLoss(torch.nn.Module):
+    """x -> (out, the unreduced identity loss ``out.sum()``) through one
+    ``Linear`` named ``linear``: the smallest model a training wrapper
+    accepts, for tests about the wrapper rather than the arithmetic."""
+
+    def __init__(self, in_features: int = 4, out_features: int = 4,
+                 bias: bool = True) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
+
+    def forward(self, x):
+        out = self.linear(x)
+        return out, poptorch.identity_loss(out.sum(), reduction="none")
+
+
+class MLP(torch.nn.Module):
+    """x -> (out, loss): Linear ``fc1``, [BatchNorm ``norm``], ReLU, Linear
+    ``fc2``; the loss is ``loss(out, y)``, mean squared error by default.
+
+    ``batch_norm=True`` adds running statistics (buffers a training step
+    writes); the layers are created in the order fc1, norm, fc2, so a given
+    seed draws the same weights with or without it.
+    """
+
+    def __init__(self, in_features: int = 4, hidden: int = 8,
+                 out_features: int = 3, batch_norm: bool = False,
+                 loss: Callable[..., torch.Tensor] = F.mse_loss) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(in_features, hidden)
+        self.norm: Optional[torch.nn.Module] = \
+            torch.nn.BatchNorm1d(hidden) if batch_norm else None
+        self.fc2 = torch.nn.Linear(hidden, out_features)
+        self.loss = loss
+
+    def forward(self, x, y):
+        h = self.fc1(x)
+        if self.norm is not None:
+            h = self.norm(h)
+        out = self.fc2(torch.relu(h))
+        return out, self.loss(out, y)
 
 
 class GIN(torch.nn.Module):

@@ -8,6 +8,7 @@ import torch
 import poptorch
 from poptorch_core.options import _progress
 
+from ._models import SumLoss
 
 class _Recorder:
     """Stands in for ``Options._progress_bar``: records each update and
@@ -23,16 +24,6 @@ class _Recorder:
 
     def close(self):
         self.closed += 1
-
-
-class _WithLoss(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        out = self.linear(x)
-        return out, poptorch.identity_loss(out.sum(), reduction="none")
 
 
 def _recording(model):
@@ -89,7 +80,7 @@ def _compile_backend(**kwargs) -> poptorch.Options:
 
 
 def test_compile_compiles_the_backend_too_under_one_bar():
-    model = poptorch.trainingModel(_WithLoss(), _compile_backend())
+    model = poptorch.trainingModel(SumLoss(4, 4), _compile_backend())
     bar = _recording(model)
     model.compile(torch.ones(2, 4))
     executable = model._state.program.executable
@@ -168,11 +159,11 @@ def test_compile_ahead_makes_the_form_the_calls_run(optimizer, forms):
     """What ``compile()`` compiles is what the calls run: no second
     compilation, and the same training as ``interpret``'s."""
     torch.manual_seed(0)
-    reference = _WithLoss()
+    reference = SumLoss(4, 4)
     compiled = poptorch.trainingModel(
         reference, _compile_backend(), optimizer(reference))
     torch.manual_seed(0)
-    twin = _WithLoss()
+    twin = SumLoss(4, 4)
     interpreted = poptorch.trainingModel(twin, poptorch.Options(),
                                          optimizer(twin))
     x = torch.randn(2, 4)
@@ -202,7 +193,7 @@ def test_compile_ahead_with_accumulation_and_device_iterations():
     (the one-graph step with the optimizer after it), compiled ahead for
     the first micro-batch and reused by every one."""
     torch.manual_seed(0)
-    model = _WithLoss()
+    model = SumLoss(4, 4)
     opts = _compile_backend().deviceIterations(2)
     opts.Training.gradientAccumulation(2)
     compiled = poptorch.trainingModel(model, opts, _adam(model))

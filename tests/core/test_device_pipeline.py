@@ -7,6 +7,7 @@ import poptorch
 from poptorch_core.device import StageTime
 from poptorch_core.device._schedules import pipelined, sharded
 
+from ._models import SumLoss
 MK2_BYTES = 1472 * 624 * 1024
 
 
@@ -86,18 +87,7 @@ def _mk1_model(check=None):
     opts.Simulator.ipuVersion(1)
     if check is not None:
         opts.Simulator.memoryCheck(check)
-    model = torch.nn.Linear(5000, 5000, bias=False)
-
-    class WithLoss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = model
-
-        def forward(self, x):
-            out = self.linear(x)
-            return out, poptorch.identity_loss(out.sum(), reduction="none")
-
-    wrapped = WithLoss()
+    wrapped = SumLoss(5000, 5000, bias=False)
     return poptorch.trainingModel(wrapped, opts,
                                   torch.optim.Adam(wrapped.parameters()))
 

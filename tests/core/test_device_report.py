@@ -11,16 +11,12 @@ import poptorch
 from poptorch_core.options import _simulator as _options_simulator
 from poptorch_core.device import CHIPS, chip_model
 
+from ._models import MLP
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 128)
-        self.fc2 = torch.nn.Linear(128, 4)
 
-    def forward(self, x, y):
-        out = self.fc2(self.fc1(x).relu())
-        return out, F.cross_entropy(out, y)
+def _net():
+    """A 4-class classifier, large enough for a visible memory report."""
+    return MLP(64, 128, 4, loss=F.cross_entropy)
 
 
 def _inputs(rows):
@@ -28,7 +24,7 @@ def _inputs(rows):
 
 
 def _compiled(opts=None, training=True, rows=32, model=None):
-    model = model or Net()
+    model = model or _net()
     if training:
         wrapped = poptorch.trainingModel(model, opts, torch.optim.SGD(
             model.parameters(), lr=0.1))
@@ -95,7 +91,7 @@ def test_report_text_dict_and_summary():
 
 
 def test_the_report_follows_the_optimizer():
-    model = Net()
+    model = _net()
     wrapped = poptorch.trainingModel(model, None, torch.optim.SGD(
         model.parameters(), lr=0.1))
     wrapped.compile(*_inputs(8))
@@ -122,7 +118,7 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_report_needs_a_compiled_model_and_cycle_count_stays_hardware_only():
-    model = poptorch.inferenceModel(Net())
+    model = poptorch.inferenceModel(_net())
     with pytest.raises(poptorch.Error, match="has not been compiled"):
         model.simulationReport()
     opts = poptorch.Options().logCycleCount(True)
@@ -203,11 +199,11 @@ def test_a_failing_estimate_never_stops_a_model_under_warn(monkeypatch,
         raise RuntimeError("no estimate")
 
     monkeypatch.setattr(device, "simulate", broken)
-    out, _ = poptorch.inferenceModel(Net())(*_inputs(4))
+    out, _ = poptorch.inferenceModel(_net())(*_inputs(4))
     assert out.shape == (4, 4)
     assert any("could not estimate this model (RuntimeError: no estimate)"
                in r.getMessage() for r in log_records)
     opts = poptorch.Options()
     opts.Simulator.memoryCheck("error")
     with pytest.raises(RuntimeError, match="no estimate"):
-        poptorch.inferenceModel(Net(), opts)(*_inputs(4))
+        poptorch.inferenceModel(_net(), opts)(*_inputs(4))

@@ -13,16 +13,7 @@ import pytest
 import torch
 
 import poptorch
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(3, 2)
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, torch.nn.functional.mse_loss(out, y)
+from ._models import LinearMSE
 
 
 def _data(step):
@@ -53,7 +44,7 @@ def _assert_same_weights(a, b):
 
 def test_state_dict_holds_the_device_state_after_compile():
     torch.manual_seed(0)
-    model, reference = Net(), None
+    model, reference = LinearMSE(), None
     reference = copy.deepcopy(model)
     optimizer = poptorch.optim.Adam(model.parameters(), lr=0.01)
     assert optimizer.state_dict()["ipu_state"] is None
@@ -73,12 +64,12 @@ def test_state_dict_holds_the_device_state_after_compile():
 
 def test_loaded_state_continues_training_exactly():
     torch.manual_seed(0)
-    first = Net()
+    first = LinearMSE()
     opt_a = poptorch.optim.Adam(first.parameters(), lr=0.01)
     training_a = poptorch.trainingModel(first, optimizer=opt_a)
     _ipu_steps(training_a, range(2))
     saved = copy.deepcopy(opt_a.state_dict())
-    second = copy.deepcopy(Net())
+    second = copy.deepcopy(LinearMSE())
     second.load_state_dict(first.state_dict())
     opt_b = poptorch.optim.Adam(second.parameters(), lr=0.01)
     opt_b.load_state_dict(saved)
@@ -93,7 +84,7 @@ def test_loaded_state_continues_training_exactly():
 
 def test_incomplete_state_keeps_the_device_values_of_missing_entries():
     torch.manual_seed(0)
-    model = Net()
+    model = LinearMSE()
     reference = copy.deepcopy(model)
     optimizer = poptorch.optim.Adam(model.parameters(), lr=0.01)
     training = poptorch.trainingModel(model, optimizer=optimizer)
@@ -119,7 +110,7 @@ def test_cpu_trained_torch_state_is_accepted(algorithm):
     kwargs = {"lr": 0.01}
     if algorithm != "Adam":
         kwargs["momentum"] = 0.9
-    cpu_model = Net()
+    cpu_model = LinearMSE()
     cpu_opt = getattr(torch.optim, algorithm)(cpu_model.parameters(),
                                               **kwargs)
     _eager_steps(cpu_model, cpu_opt, range(2))
@@ -135,7 +126,7 @@ def test_cpu_trained_torch_state_is_accepted(algorithm):
 
 def test_native_optimizer_trained_on_cpu_keeps_its_state_on_the_device():
     torch.manual_seed(0)
-    model = Net()
+    model = LinearMSE()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     _eager_steps(model, optimizer, range(2))
     reference = copy.deepcopy(model)
@@ -150,7 +141,7 @@ def test_native_optimizer_trained_on_cpu_keeps_its_state_on_the_device():
 # --- Constant attributes and setOptimizer validation ---------------------------------
 
 def _compiled(optimizer_factory):
-    model = Net()
+    model = LinearMSE()
     optimizer = optimizer_factory(model.parameters())
     training = poptorch.trainingModel(model, optimizer=optimizer)
     training.compile(*_data(0))
@@ -213,7 +204,7 @@ def test_set_optimizer_validates_frozen_options():
 
 def test_adamw_without_bias_correction_follows_its_rule():
     torch.manual_seed(0)
-    model = Net()
+    model = LinearMSE()
     start = copy.deepcopy(model)
     lr, betas, eps, wd = 0.01, (0.9, 0.99), 1e-6, 0.1
     optimizer = poptorch.optim.AdamW(model.parameters(), lr=lr, betas=betas,
@@ -252,7 +243,7 @@ def test_adamw_without_bias_correction_follows_its_rule():
 ])
 def test_lr_scheduler_through_set_optimizer(make_scheduler):
     torch.manual_seed(0)
-    model = Net()
+    model = LinearMSE()
     reference = copy.deepcopy(model)
     optimizer = poptorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = make_scheduler(optimizer)

@@ -18,17 +18,8 @@ import pytest
 import torch
 
 import poptorch
+from ._models import LinearMSE
 from ._reference_optim import AdamWNoBiasReference, LambReference
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(3, 2)
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, torch.nn.functional.mse_loss(out, y)
 
 
 def _data(step):
@@ -147,7 +138,7 @@ def _write_reference(model, optimizer, names, state):
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_loaded_optimizer_state_continues_as_eager(name, complete):
     make, make_reference, names = OPTIMIZERS[name]
-    model = Net()
+    model = LinearMSE()
     reference = copy.deepcopy(model)
     optimizer = make(model.parameters())
     ref_opt = make_reference(reference.parameters())
@@ -198,7 +189,7 @@ HALF, FLOAT = torch.float16, torch.float32
 ])
 def test_set_optimizer_changes_the_accumulation_type_after_compilation(
         strategy, compiled_type, new_type, accepted):
-    model = Net()
+    model = LinearMSE()
     reference = copy.deepcopy(model)
     opts = poptorch.Options()
     opts.Training.setMeanAccumulationAndReplicationReductionStrategy(strategy)
@@ -233,7 +224,7 @@ def test_set_optimizer_changes_the_accumulation_type_after_compilation(
 
 
 def test_set_optimizer_changes_the_moment_types_after_compilation():
-    model = Net()
+    model = LinearMSE()
     optimizer = poptorch.optim.Adam(model.parameters(), lr=0.01)
     training = poptorch.trainingModel(model, optimizer=optimizer)
     training(*_data(0))
@@ -376,7 +367,7 @@ def test_dict_keyword_arguments_match_eager_in_any_order():
 
 # --- 5. AdamW without bias correction ----------------------------------------
 
-def _adamw_runs(opts, model_factory=Net, **kwargs):
+def _adamw_runs(opts, model_factory=LinearMSE, **kwargs):
     """Weights after three IPU steps of poptorch's AdamW."""
     model = model_factory()
     start = copy.deepcopy(model)
@@ -393,15 +384,15 @@ def _g2():
     return opts
 
 
-class HalfFrozen(Net):
+class HalfFrozen(LinearMSE):
     def __init__(self):
         super().__init__()
         self.fc.bias.requires_grad_(False)
 
 
 @pytest.mark.parametrize("opts, model_factory", [
-    (None, Net),
-    (_g2, Net),                 # two micro-batches per step
+    (None, LinearMSE),
+    (_g2, LinearMSE),                 # two micro-batches per step
     (None, HalfFrozen),         # a parameter without gradient
 ], ids=["one_micro_batch", "accumulation", "frozen_bias"])
 def test_adamw_without_bias_correction_follows_its_rule(opts, model_factory):

@@ -296,28 +296,14 @@ def test_the_handlers_are_put_back_after_a_call():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-class _NormMLP(torch.nn.Module):
-    """An MLP with BatchNorm: each training forward pass writes the running
-    statistics (buffers)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(4, 8)
-        self.norm = torch.nn.BatchNorm1d(8)
-        self.fc2 = torch.nn.Linear(8, 3)
-
-    def forward(self, x, y):
-        out = self.fc2(torch.relu(self.norm(self.fc1(x))))
-        return out, torch.nn.functional.mse_loss(out, y)
-
-
 def test_a_dropped_step_leaves_no_trace_in_the_buffers():
     """A handler's exception that arrives after a step's forward pass (which
     updated BatchNorm's running statistics) but before its update drops
     the step: the buffers are those of the steps applied, as in an eager
     loop of that many steps."""
     torch.manual_seed(0)
-    model = _NormMLP()
+    model = MLP(batch_norm=True)
+    assert dict(model.named_buffers())  # what each forward pass writes
     eager = copy.deepcopy(model)
     opts = poptorch.Options().deviceIterations(5)
     ipu = poptorch.trainingModel(model, opts, poptorch.optim.Adam(

@@ -13,7 +13,7 @@ import torch
 
 import poptorch
 from ._eager import train_call
-from ._models import MLP
+from ._models import MLP, LinearMSE
 
 FACTORS = [0.25, 2.0, 1024.0]
 
@@ -97,16 +97,6 @@ def test_float16_training_with_loss_scaling(name, factor):
 
 
 
-class _TinyGradients(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(4, 1, bias=False)
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, torch.nn.functional.mse_loss(out, y)
-
-
 def test_float16_loss_scaling_keeps_gradients_too_small_for_float16():
     """What loss scaling is for: float16 gradients of about 1e-9 underflow
     to zero, those of ``loss * 16384`` do not, and unscaling them in
@@ -114,7 +104,7 @@ def test_float16_loss_scaling_keeps_gradients_too_small_for_float16():
     depends on the gradient's size, so the weights must move by about
     ``lr``, as in the float32 reference."""
     torch.manual_seed(3)
-    model = _TinyGradients().half()
+    model = LinearMSE(4, 1, bias=False).half()
     reference = copy.deepcopy(model)
     masters = [torch.nn.Parameter(p.detach().float())
                for p in reference.parameters()]

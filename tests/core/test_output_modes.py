@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import poptorch
+from ._models import LinearMSE
 
 
 def _inference(model, **opts_kw):
@@ -61,16 +62,6 @@ def test_every_n_mode(linear):
     torch.testing.assert_close(out, native[[4, 9]])
 
 
-class _TrainLinear(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(10, 10)
-
-    def forward(self, x, y):
-        out = self.fc(x)
-        return out, torch.nn.functional.mse_loss(out, y)
-
-
 @pytest.mark.parametrize("mode,period,loss_shape,out_shape", [
     (poptorch.OutputMode.All, None, (1000,), (1000, 10)),
     (poptorch.OutputMode.Final, None, (), (1, 10)),
@@ -81,7 +72,7 @@ class _TrainLinear(torch.nn.Module):
 def test_training_shapes(mode, period, loss_shape, out_shape):
     opts = poptorch.Options().deviceIterations(1000)
     opts.outputMode(mode, period)
-    model = poptorch.trainingModel(_TrainLinear(), opts)
+    model = poptorch.trainingModel(LinearMSE(10, 10), opts)
     out, loss = model(torch.randn(1000, 10), torch.randn(1000, 10))
     assert loss.shape == loss_shape
     assert out.shape == out_shape
@@ -89,7 +80,7 @@ def test_training_shapes(mode, period, loss_shape, out_shape):
 
 def test_replicated_final_training():
     opts = poptorch.Options().replicationFactor(2)
-    model = poptorch.trainingModel(_TrainLinear(), opts)
+    model = poptorch.trainingModel(LinearMSE(10, 10), opts)
     out, loss = model(torch.randn(8, 10), torch.randn(8, 10))
     assert out.shape == (8, 10)
     assert loss.shape == (2,)

@@ -23,6 +23,7 @@ import torch
 
 import poptorch
 import poptorch_core
+from ._models import SumLoss
 
 CORE_DIR = os.path.dirname(os.path.abspath(poptorch_core.__file__))
 
@@ -36,16 +37,6 @@ class Features(torch.nn.Module):
 
     def forward(self, features):
         return self.fc(features)
-
-
-class WithLoss(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(2, 1)
-
-    def forward(self, x):
-        out = self.fc(x)
-        return out, poptorch.identity_loss(out.sum(), reduction="none")
 
 
 class Energies(torch.nn.Module):
@@ -289,14 +280,14 @@ _NET_WITH_PROJECTION = _NET.replace(
         "return self.fc(x)", "return self.proj(self.fc(x))")
 
 WRAPPERS = [
-    (lambda p: poptorch.trainingModel(WithLoss(), optimizer=torch.optim.SGD),
+    (lambda p: poptorch.trainingModel(SumLoss(2, 1), optimizer=torch.optim.SGD),
      TypeError, r"optimizer is the class torch.optim.SGD, not an optimizer: "
      r"create one .*torch.optim.SGD\(model.parameters\(\), lr=0.01\)"),
-    (lambda p: poptorch.trainingModel(WithLoss(),
+    (lambda p: poptorch.trainingModel(SumLoss(2, 1),
                                       optimizer=poptorch.optim.SGD),
      TypeError, r"the class poptorch.optim.SGD, not an optimizer.*"
      r"poptorch.optim.SGD\(model.parameters\(\)"),
-    (lambda p: poptorch.trainingModel(WithLoss()).setOptimizer(
+    (lambda p: poptorch.trainingModel(SumLoss(2, 1)).setOptimizer(
         torch.optim.Adam), TypeError,
      r"the class torch.optim.Adam, not an optimizer"),
     (lambda p: poptorch.inferenceModel(Features())(
@@ -438,7 +429,7 @@ def _rank_zero_process(port, results):
     opts = poptorch.Options()
     opts.Simulator.distributedTimeout(3)
     try:
-        poptorch.trainingModel(WithLoss(), opts)(torch.ones(2, 2))
+        poptorch.trainingModel(SumLoss(2, 1), opts)(torch.ones(2, 2))
         results.put((os.getpid(), "no error"))
     except Exception as error:  # pylint: disable=broad-except
         results.put((os.getpid(), f"{type(error).__name__}: {error}"))
@@ -515,7 +506,7 @@ def test_host_weight_edits_warn_once_naming_copy_weights_to_device(caplog):
 
 
 def test_lr_edits_without_set_optimizer_warn_once(caplog):
-    model = WithLoss()
+    model = SumLoss(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     training = poptorch.trainingModel(model, optimizer=optimizer)
     x = torch.ones(2, 2)
