@@ -36,15 +36,7 @@ from . import distributed  # installs the executor's scale-out hook
 from . import enums, options, optim, profiling, testing
 from . import _native as poptorch_core
 from ._native import ipuHardwareVersion as _ipuHardwareVersion
-# For plugins (PopTorch Geometric): fixes shown when an IPU rule breaks
-# inside their code. Not a PopTorch name, hence the underscore.
-from ._tracing.library_code import register_known_fixes as _registerKnownFixes
-# For plugins: the user's own input tensors of the call being traced.
-from ._impl import traced_call_inputs as _tracedCallInputs
-# For plugins: the tracebacks of their refusals start at the user's call
-# (``errors.public_call``); not PopTorch names either.
-from .errors import public_call as _publicCall, \
-    public_class as _publicClass, trimmed_refusal as _trimmedRefusal
+from . import plugins  # what PopTorch Geometric uses beyond PopTorch's API
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:

@@ -1,6 +1,6 @@
 """Process-wide tracing state shared by the tracer, the ops and user models.
 
-Invariant: ``isRunningOnIpu()`` is True only inside :func:`_ipu_tracing`,
+Invariant: ``isRunningOnIpu()`` is True only inside :func:`ipu_tracing`,
 which the tracer enters for the single forward pass it captures. Plain CPU
 calls of a model, model construction and graph execution all see False.
 """
@@ -37,14 +37,14 @@ def isRunningOnIpu() -> bool:
     return _running_on_ipu
 
 
-def _is_tracing_training() -> bool:
+def is_tracing_training() -> bool:
     """True while the model being traced is a training model (ops such as
     ``for_loop`` and ``cond`` are inference-only)."""
     return _running_on_ipu and _tracing_training
 
 
 @contextlib.contextmanager
-def _ipu_tracing(training: bool = False) -> Iterator[None]:
+def ipu_tracing(training: bool = False) -> Iterator[None]:
     global _running_on_ipu, _tracing_training
     previous = (_running_on_ipu, _tracing_training)
     _running_on_ipu, _tracing_training = True, training
@@ -55,7 +55,7 @@ def _ipu_tracing(training: bool = False) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
+def tracing_call_inputs(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
     """Makes ``inputs`` what :func:`traced_call_inputs` returns for the
     duration."""
     global _call_inputs
@@ -103,12 +103,12 @@ def registerPostCompileHook(hook: Callable) -> RemovableHandle:
     return _register_hook(_post_compile_hooks, hook, "Post")
 
 
-def _run_pre_compile_hooks() -> None:
+def run_pre_compile_hooks() -> None:
     for hook in list(_pre_compile_hooks.values()):
         hook()
 
 
-def _run_post_compile_hooks() -> None:
+def run_post_compile_hooks() -> None:
     for hook in list(_post_compile_hooks.values()):
         hook()
 

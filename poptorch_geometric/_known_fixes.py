@@ -14,9 +14,9 @@ Example::
     ['torch_geometric/nn/conv/gcn_conv.py', 'torch_geometric/nn/conv/gat_conv.py']
 """
 import os
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
-import poptorch_core as poptorch
+from poptorch_core import plugins
 
 _SELF_LOOPS = (
     "{layer} adds self-loops inside the model: PyG first removes the existing "
@@ -54,5 +54,5 @@ KNOWN_FIXES: Tuple[Tuple[str, Optional[str], str], ...] = (
 
 def register() -> None:
     """Registers the table, and this package's files as library code."""
-    poptorch._registerKnownFixes(
+    plugins.register_known_fixes(
         KNOWN_FIXES, library_dirs=[os.path.dirname(os.path.abspath(__file__))])

@@ -32,12 +32,10 @@ import poptorch_core as poptorch
 
 from ._fastpath.graph_cache import cached_graphs
 from ._packed_shares import PartitionedBatchSampler
-from ._strategies import FixedSizeStrategy, OverSizeStrategy, trims
+from ._loader_strategies import FixedSizeStrategy, OverSizeStrategy, trims
 from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from .stream_packing_sampler import packing_sampler
-
-__all__: List[str] = []
 
 
 @dataclasses.dataclass

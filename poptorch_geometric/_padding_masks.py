@@ -43,6 +43,7 @@ from torch_geometric.data import HeteroData
 from torch_geometric.data.data import BaseData
 
 import poptorch_core as poptorch
+from poptorch_core import plugins
 
 __all__ = ["all_rows_real", "begin_trace", "end_trace", "graph_slots",
            "node_mask", "record_pooled", "real_rows", "rows_within",
@@ -218,7 +219,7 @@ def real_rows(layer: torch.nn.Module, rows: int) -> Optional[Tensor]:
         raise _rows_error(trace, layer, rows, matches)
     if trace.padded_inputs is None:
         trace.padded_inputs = any(
-            is_padded_tensor(t) for t in poptorch._tracedCallInputs())
+            is_padded_tensor(t) for t in plugins.traced_call_inputs())
     if trace.padded_inputs:
         raise _unknown_masks_error(trace, layer, rows)
     return None

@@ -26,13 +26,13 @@ Example::
 """
 from typing import Any, Iterable, Iterator
 
-import poptorch_core as poptorch
+from poptorch_core import plugins
 
 __all__ = ["public", "refusing_iterator"]
 
 #: Wraps a public function or method: refusals raised anywhere below it
 #: are raised again from it.
-public = poptorch._publicCall  # pylint: disable=protected-access
+public = plugins.public_call
 
 
 def refusing_iterator(items: Iterable[Any]) -> Iterator[Any]:
@@ -45,7 +45,7 @@ def refusing_iterator(items: Iterable[Any]) -> Iterator[Any]:
         except StopIteration:
             return
         except Exception as error:  # pylint: disable=broad-except
-            refusal = poptorch._trimmedRefusal(  # pylint: disable=W0212
+            refusal = plugins.trimmed_refusal(
                 error)
             if refusal is None:
                 raise

@@ -38,7 +38,7 @@ from ._padding_masks import registered_batches
 from ._sampling.neighbor_sampler import TorchNeighborSampler
 from ._sampling.seed_trim import keep_nodes_near_seeds
 from ._loader_parts import LoaderParts, padding_collater
-from ._strategies import OverSizeStrategy, trims
+from ._loader_strategies import OverSizeStrategy, trims
 from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 

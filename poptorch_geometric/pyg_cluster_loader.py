@@ -30,7 +30,7 @@ from poptorch_core.files import atomic_write
 from ._loader_parts import LoaderParts, padding_collater
 from ._padding_masks import registered_batches
 from ._sampling.metis import graph_fingerprint, metis_partition
-from ._strategies import OverSizeStrategy
+from ._loader_strategies import OverSizeStrategy
 from .collate import CombinedBatchingCollater, FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from ._refusals import public, refusing_iterator

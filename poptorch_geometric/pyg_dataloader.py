@@ -16,7 +16,7 @@ import torch.utils.data
 
 from ._loader_parts import FixedSizeRequest, LoaderParts, fixed_size_parts
 from ._padding_masks import registered_batches
-from ._strategies import FixedSizeStrategy, OverSizeStrategy
+from ._loader_strategies import FixedSizeStrategy, OverSizeStrategy
 from .collate import FixedSizeCollater
 from .fixed_size_options import FixedSizeOptions
 from ._refusals import public, refusing_iterator

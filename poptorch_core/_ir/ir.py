@@ -211,7 +211,7 @@ class Ir:
             return _as_output_tuple(bound.call(tensors), qualname)
 
         tracing = (contextlib.nullcontext() if _impl.isRunningOnIpu() else
-                   _impl._ipu_tracing())
+                   _impl.ipu_tracing())
         with tracing:
             gm = make_fx(traced, tracing_mode=mode)(*examples)
         _name_placeholders(gm, [i.name for i in bound.inputs])

@@ -160,8 +160,8 @@ def _tracing_context(training: bool, device: torch.device,
         # it was, as compiling on an IPU would.
         stack.enter_context(torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []))
-        stack.enter_context(_impl._ipu_tracing(training))
-        stack.enter_context(_impl._tracing_call_inputs(call_inputs))
+        stack.enter_context(_impl.ipu_tracing(training))
+        stack.enter_context(_impl.tracing_call_inputs(call_inputs))
         # Name scopes and attributes (poptorch.NameScope, Attribute,
         # MultiConv) are recorded in node.meta["custom"].
         stack.enter_context(torch.fx.traceback.preserve_node_meta())
@@ -176,13 +176,13 @@ def _tracing_context(training: bool, device: torch.device,
         loadImportedPlugins()
         stack.enter_context(_impl._OverwriteContextManager())
         try:
-            _impl._run_pre_compile_hooks()
+            _impl.run_pre_compile_hooks()
             stack.enter_context(torch.set_grad_enabled(training))
             stack.enter_context(interception.make_mode(device, excludes,
                                                         on_op))
             yield
         finally:
-            _impl._run_post_compile_hooks()
+            _impl.run_post_compile_hooks()
 
 
 def _trace_copy(tensor: torch.Tensor, training: bool) -> torch.Tensor:

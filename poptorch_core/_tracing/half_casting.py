@@ -26,7 +26,7 @@ Example::
     >>> out.dtype
     torch.float32
 """
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F

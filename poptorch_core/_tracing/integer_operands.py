@@ -24,7 +24,7 @@ Example::
 """
 import contextlib
 import re
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 import torch
 

@@ -26,7 +26,7 @@ Example::
     >>> # The fix: return poptorch.identity_loss((per * mask).sum() /
     >>> # mask.sum(), reduction="none") instead.
 """
-from typing import List, Sequence
+from typing import Sequence
 
 import torch.fx
 

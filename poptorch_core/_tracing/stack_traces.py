@@ -14,7 +14,7 @@ torch's list all along.
 """
 import contextlib
 import threading
-from typing import FrozenSet, Iterator, List
+from typing import FrozenSet, Iterator
 
 import torch.fx.experimental.symbolic_shapes as _symbolic_shapes
 

@@ -16,7 +16,7 @@ Example::
     ...
     poptorch_core.errors.Error: ...In-place modification of slices with step size other than 1 is not supported...
 """
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.fx

@@ -23,7 +23,7 @@ Example::
     poptorch_core.data.accessor._DataFetcherError: 'poptorch_py_error': An error occurred in the data fetcher: ...
 """
 import traceback
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, Optional
 
 from ..errors import public_class
 from ._layout import ElementLayout

@@ -60,12 +60,13 @@ def op_name(node: torch.fx.Node) -> str:
     return name.split(".")[-1]
 
 
-def _tensors(value: Any) -> List[torch.Tensor]:
+def tensors_in(value: Any) -> List[torch.Tensor]:
+    """The tensors among the leaves of ``value`` (a node's ``meta['val']``)."""
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _vals(nodes: Any) -> List[torch.Tensor]:
-    return _tensors([n.meta.get("val") for n in tree_leaves(nodes)
+    return tensors_in([n.meta.get("val") for n in tree_leaves(nodes)
                      if isinstance(n, torch.fx.Node)])
 
 
@@ -93,7 +94,7 @@ def is_matmul_like(node: torch.fx.Node) -> bool:
 def op_flops(node: torch.fx.Node) -> int:
     """Floating-point operations of one forward execution of ``node``."""
     name = op_name(node)
-    outputs = _tensors(node.meta.get("val"))
+    outputs = tensors_in(node.meta.get("val"))
     if not name or is_view(node) or not outputs:
         return 0
     inputs = _vals(node.args)
@@ -117,13 +118,13 @@ def op_bytes(node: torch.fx.Node) -> int:
     if is_view(node):
         return 0
     tensors = _vals(node.args) + _vals(list(node.kwargs.values())) + \
-        _tensors(node.meta.get("val"))
+        tensors_in(node.meta.get("val"))
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def op_is_half(node: torch.fx.Node) -> bool:
     """Whether ``node`` computes in 16-bit floats (FP16 peak applies)."""
-    outputs = _tensors(node.meta.get("val"))
+    outputs = tensors_in(node.meta.get("val"))
     return any(t.dtype in (torch.float16, torch.bfloat16) for t in outputs)
 
 
@@ -145,6 +146,6 @@ def op_temporary_bytes(node: torch.fx.Node) -> int:
         return 0
     operands = _vals([a for a in tree_leaves(node.args)
                       if isinstance(a, torch.fx.Node) and not _is_weight(a)])
-    outputs = _tensors(node.meta.get("val"))
+    outputs = tensors_in(node.meta.get("val"))
     return sum(t.numel() * t.element_size() for t in operands) + \
         4 * _numel(outputs[:1])

@@ -23,9 +23,9 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from .._logging import logger
+from ._costs import tensors_in
 
 
 @dataclasses.dataclass
@@ -95,16 +95,16 @@ class _Recorder(torch.fx.Interpreter):
             self.values.nodes.append(n)
         result = super().run_node(n)
         if n.op == "output":
-            self.values.outputs = {self.note(t) for t in _tensors(result)}
+            self.values.outputs = {self.note(t) for t in tensors_in(result)}
             return result
-        produced = _tensors(result)
+        produced = tensors_in(result)
         keys = {self.note(t) for t in produced}
         self.values.grad_keys |= {_key(t) for t in produced
                                   if t.requires_grad}
         if n.op == "placeholder":
             self.values.placeholders[n] = next(iter(keys))
         else:
-            keys |= {self.note(t) for t in _tensors(
+            keys |= {self.note(t) for t in tensors_in(
                 [self.env[i] for i in n.all_input_nodes if i in self.env])}
             self.values.touches[n] = keys
         return result
@@ -127,13 +127,9 @@ class _Allocations(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self._recorder.current is not None:
-            for tensor in _tensors(out):
+            for tensor in tensors_in(out):
                 self._recorder.note(tensor)
         return out
-
-
-def _tensors(value: Any) -> List[torch.Tensor]:
-    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _fake_like(spec: Any) -> torch.Tensor:
@@ -181,7 +177,7 @@ def trace_values(gm: torch.fx.GraphModule, inputs: Sequence[Any],
 
 def _meta_bytes(node: torch.fx.Node) -> int:
     return sum(t.numel() * t.element_size()
-               for t in _tensors(node.meta.get("val")))
+               for t in tensors_in(node.meta.get("val")))
 
 
 def _from_metadata(gm: torch.fx.GraphModule, training: bool) -> GraphValues:

@@ -11,7 +11,7 @@ Example::
     ...                             "Mk2 GC200"))  # doctest: +ELLIPSIS
     Out of memory on IPU0 (Mk2 GC200): the model needs 150 B but the IPU has 100 B...
 """
-from typing import List, Sequence
+from typing import Sequence
 
 from .._logging import logger
 from ..errors import Error

@@ -14,7 +14,7 @@ Example::
     >>> os.path.getsize(path) > 0
     True
 """
-from typing import Any, List, Tuple
+from typing import Any, Tuple
 
 from ..files import atomic_write
 from .memory import CATEGORIES

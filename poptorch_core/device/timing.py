@@ -123,7 +123,7 @@ def _backward_factor(node: torch.fx.Node, values: GraphValues) -> int:
 
 def _value_bytes(node: torch.fx.Node) -> int:
     return sum(t.numel() * t.element_size()
-               for t in _costs._tensors(node.meta.get("val")))
+               for t in _costs.tensors_in(node.meta.get("val")))
 
 
 @dataclasses.dataclass

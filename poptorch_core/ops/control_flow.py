@@ -56,7 +56,7 @@ def _as_list(outputs: Any, op: str) -> List[torch.Tensor]:
 
 
 def _check_inference(op: str) -> None:
-    if _impl._is_tracing_training():
+    if _impl.is_tracing_training():
         raise _impl.cpp_error(f"{op} is only supported in inference.")
 
 

@@ -108,7 +108,7 @@ class CPU:
     def __call__(self, *inputs: torch.Tensor) -> Any:
         if not _impl.isRunningOnIpu():
             return self._func(*inputs)
-        if _impl._is_tracing_training():
+        if _impl.is_tracing_training():
             raise _impl.cpp_error(
                 f"poptorch.CPU op {self.ID!r}: host callbacks are only "
                 "supported in inference.")

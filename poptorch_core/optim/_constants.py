@@ -19,7 +19,7 @@ Example::
     ...        "groups": [{"lr": (0.2, False), "momentum": (0.0, True)}]}
     >>> check_constant_attributes(old, new)   # only lr changed: fine
 """
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 from .._impl import cpp_error
 

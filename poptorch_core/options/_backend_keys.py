@@ -19,7 +19,7 @@ Example::
 """
 import difflib
 import enum
-from typing import Any, List, Optional, Set
+from typing import Any, Optional, Set
 
 import torch
 

@@ -16,7 +16,7 @@ Example::
     ...
     poptorch_core.errors.Error: Unknown value type object for option enableStableNorm: ...
 """
-from typing import Iterable, List
+from typing import Iterable
 
 from .._impl import cpp_error
 from ._backend_keys import unknown_type, unknown_type_error

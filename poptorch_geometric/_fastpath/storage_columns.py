@@ -23,8 +23,6 @@ from torch_geometric.data import Data
 
 from .._padding.columns import Columns
 
-__all__: List[str] = []
-
 
 class StorageColumns(Columns):
     """:class:`Columns` of graphs that are slices of one dataset storage

@@ -30,7 +30,7 @@ Example::
 2 node(s) (valid: 0 to 1): an edge must join two nodes of its own graph, or \
 it would join another graph of the batch. Fix the dataset's edge_index.
 """
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 import torch

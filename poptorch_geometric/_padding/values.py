@@ -16,7 +16,7 @@ Example::
 """
 import cmath
 import numbers
-from typing import Any, Iterator, List
+from typing import Any, Iterator
 
 import torch
 from torch_geometric.transforms.pad import MappingPadding, Padding, \

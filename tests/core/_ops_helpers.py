@@ -8,7 +8,7 @@ from poptorch_core import _impl
 
 def trace_ipu(fn, *args, training=False):
     """Captures ``fn`` as the simulated IPU would (real-mode make_fx)."""
-    with _impl._ipu_tracing(training=training):
+    with _impl.ipu_tracing(training=training):
         return make_fx(fn, tracing_mode="real")(*args)
 
 

@@ -1,5 +1,5 @@
 """Tests of the ``poptorch`` ops: plain CPU meaning against plain torch, and
-simulated-IPU meaning by tracing with ``make_fx`` inside ``_ipu_tracing()``
+simulated-IPU meaning by tracing with ``make_fx`` inside ``ipu_tracing()``
 and re-running the captured graph on new inputs. Losses, printing, hints,
 control flow and dynamic slicing; the host-side ops are in
 ``test_ops_host.py``."""

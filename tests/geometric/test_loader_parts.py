@@ -11,7 +11,7 @@ from poptorch_geometric import (ClusterData, FixedSizeOptions, cluster_loader,
                                 pyg_dataloader)
 from poptorch_geometric._loader_parts import (Combine, FixedSizeRequest,
                                               PackedShare, fixed_size_parts)
-from poptorch_geometric._strategies import OverSizeStrategy, trims
+from poptorch_geometric._loader_strategies import OverSizeStrategy, trims
 from poptorch_geometric.datasets import power_law_graph
 
 

@@ -73,7 +73,7 @@ Example::
     True
 """
 import functools
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import torch
 import torch.fx

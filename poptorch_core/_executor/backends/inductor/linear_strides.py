@@ -30,7 +30,7 @@ Example::
     64
 """
 import functools
-from typing import List, Optional
+from typing import Optional
 
 import sympy
 from torch._inductor import sizevars

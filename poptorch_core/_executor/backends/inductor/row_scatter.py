@@ -47,7 +47,7 @@ Example::
 import contextlib
 import functools
 import threading
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 

@@ -47,7 +47,7 @@ Example::
 """
 import contextlib
 import threading
-from typing import Iterator, List
+from typing import Iterator
 
 import torch
 from torch._inductor.custom_graph_pass import get_hash_for_files

@@ -10,9 +10,7 @@ Example::
     (False, False)
 """
 import enum
-from typing import List, Tuple
-
-__all__: List[str] = []
+from typing import Tuple
 
 
 class FixedSizeStrategy(enum.Enum):
