@@ -80,8 +80,12 @@ _compilations = 0
 #: drops a down-cast followed by an up-cast inside a fused kernel, which
 #: kept, for example, float32 values that a ``.half()`` should have rounded
 #: (``index_add_`` of a float16 source into a float32 tensor was off by
-#: up to 4e-4 relative).
-EAGER_NUMERICS = {"emulate_precision_casts": True}
+#: up to 4e-4 relative). Random ops call ATen's kernels on the device
+#: generator (``fallback_random``), as ``interpret`` does: inductor's own
+#: generator would draw another stream, so a model calling ``torch.rand``
+#: would compute other numbers under ``compile``, and change them when
+#: ``auto`` switches.
+EAGER_NUMERICS = {"emulate_precision_casts": True, "fallback_random": True}
 
 
 def compilation_count() -> int:

@@ -13,7 +13,8 @@ ops, with the same values and the same gradients:
   ``aten.clone(x)``.
 
 Every other node, including ops with side effects (``ipu_print_tensor``,
-host callbacks), is left as it is.
+host callbacks), is left as it is. Training dropouts draw their masks from
+uniform numbers (``dropout_masks``).
 
 The copy also drops arithmetic identities (``x + 0``, ``x - 0``, ``x * 1``,
 ``x / 1`` with the result's dtype and shape equal to ``x``'s), such as the
@@ -49,6 +50,7 @@ import torch.fx
 
 from ....ops._registration import is_identity_op
 from .aliasing import view_root, written_roots
+from .dropout_masks import has_dropout, rewrite_dropout
 
 _aten = torch.ops.aten
 _LOSS_REDUCTIONS = {0: _aten.sum.default, 1: _aten.mean.default,
@@ -156,11 +158,13 @@ def copied_graph(graph_module: torch.fx.GraphModule) -> torch.fx.Graph:
 
 def lower_for_host(graph_module: torch.fx.GraphModule
                      ) -> torch.fx.GraphModule:
-    """A copy of ``graph_module`` with the marker ops replaced and the
-    arithmetic identities dropped (the original, and its graph, are not
-    modified); ``graph_module`` itself when there is nothing to change."""
+    """A copy of ``graph_module`` with the marker ops replaced, the
+    dropouts rewritten and the arithmetic identities dropped (the original,
+    and its graph, are not modified); ``graph_module`` itself when there is
+    nothing to change."""
     if all(_lowered_target(n) is None and _dropped_for(n, set()) is None
-           for n in graph_module.graph.nodes):
+           for n in graph_module.graph.nodes) and \
+            not has_dropout(graph_module.graph):
         return graph_module
     graph = copied_graph(graph_module)
     for node in graph.nodes:
@@ -169,5 +173,6 @@ def lower_for_host(graph_module: torch.fx.GraphModule
             node.target = target
             node.args = (node.args[0],)
             node.kwargs = {}
+    rewrite_dropout(graph)
     _drop_identities(graph)
     return torch.fx.GraphModule(graph_module, graph)
