@@ -9,8 +9,8 @@ three settings:
   empty inductor cache and no machine-wide precompiled headers (which
   inductor keeps under the temporary directory, outside its cache): a first
   run on a new machine. It starts building the headers in the background
-  (``inductor.precompiled_headers``); the benchmark waits for them before the next
-  run;
+  (``inductor.precompiled_headers``); the benchmark waits for them before the
+  next run;
 * warm: a second process reuses that directory, as a user's second run of
   a script does;
 * new model: a third process keeps the directory (the machine's headers)

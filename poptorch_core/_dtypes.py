@@ -49,7 +49,8 @@ def to_ipu(tensor: torch.Tensor, what: str,
     """``tensor`` with its IPU dtype on ``device`` (no copy when nothing
     changes). ``what`` names the tensor in errors. ``keep_int64`` checks an
     int64 tensor against the int32 range but leaves it int64, for graphs
-    that would only widen it back (``executor._wide_inputs``)."""
+    that would only widen it back
+    (``_executor.backends.passes.wide_inputs``)."""
     dtype = ipu_dtype(tensor.dtype)
     if tensor.dtype == torch.int64:
         check_fits_int32(tensor, what)

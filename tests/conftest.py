@@ -15,7 +15,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 # The Async tests are about the worker process, which a DataLoader would
-# leave out where no CPU is free for it (poptorch_core.data._load_placement); the
+# leave out where no CPU is free for it
+# (poptorch_core.data._load_placement); the
 # placement tests set the variable themselves.
 os.environ.setdefault("POPTORCH_ASYNC_PLACEMENT", "worker")
 # The suite runs the interpret backend unless a test picks one: with the

@@ -348,9 +348,9 @@ class Program:
     def _adam_in_graph_step(self, splits, iteration: int, scale: float
                             ) -> Optional[Callable[[], List[torch.Tensor]]]:
         """One device iteration as one compiled graph, the Adam update
-        included (:meth:`Program.adam_in_graph`), compiled if need be: a function that
-        runs it and returns the graph's outputs; None when the step needs
-        the optimizer."""
+        included (:meth:`Program.adam_in_graph`), compiled if need be: a
+        function that runs it and returns the graph's outputs; None when the
+        step needs the optimizer."""
         found = self.adam_in_graph()
         if found is None:
             return None

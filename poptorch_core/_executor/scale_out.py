@@ -10,7 +10,7 @@ process there is nothing more to do. A run over several processes
 (``options.Distributed.numProcesses > 1``) needs the gradients and counts of
 the other processes' replicas too: ``poptorch_core.distributed`` gives the
 program a reducer that all-reduces, through the hook of
-:mod:`._scale_out_hook`.
+:mod:`.scale_out_hook`.
 
 Example::
 

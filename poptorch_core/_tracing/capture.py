@@ -33,9 +33,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _dtypes, _impl
-from .._args_parser import flattenTensors, loadImportedPlugins, rebuildStructure
+from .._args_parser import (flattenTensors, loadImportedPlugins,
+                            rebuildStructure)
 from ..errors import createPoptorchError
-from . import strided_inplace, integer_operands, interception, loss_check, rules
+from . import (integer_operands, interception, loss_check, rules,
+               strided_inplace)
 from .decompositions import TRACE_DECOMPOSITIONS
 from .stack_traces import torch_frames_kept
 

@@ -202,7 +202,7 @@ class DeviceOptimizer:
                      ) -> Optional[Tuple[PackedGroup, Dict[str, Any]]]:
         """The one packed group, with its hyper-parameters, whose Adam or
         AdamW update a compiled training graph may apply itself
-        (``executor.backends._fused_adam``): None when a step needs this
+        (``_executor.backends.passes.fused_adam``): None when a step needs this
         optimizer (several groups, a group not packed for torch's fused
         kernel, gradient clipping, automatic loss scaling, float16
         accumulation). The caller checks that exactly the packed

@@ -1,4 +1,5 @@
-"""Where ``DataLoaderMode.Async`` loads (``poptorch_core.data._load_placement``):
+"""Where ``DataLoaderMode.Async`` loads
+(``poptorch_core.data._load_placement``):
 a worker process where a CPU is free for it, else this process, with the
 same batches either way (checked against torch's own DataLoader)."""
 import logging
@@ -22,7 +23,8 @@ def cpus(monkeypatch):
     threads = torch.get_num_threads()
 
     def set_cpus(available: int, torch_threads: int) -> None:
-        monkeypatch.setattr(_load_placement, "available_cpus", lambda: available)
+        monkeypatch.setattr(_load_placement, "available_cpus",
+                            lambda: available)
         torch.set_num_threads(torch_threads)
 
     yield set_cpus

@@ -1,4 +1,5 @@
-"""The ``compile`` backend's background C++ builds (``inductor.background_builds``):
+"""The ``compile`` backend's background C++ builds
+(``inductor.background_builds``):
 a training graph's backward is compiled with its forward, its libraries
 load on their first call, and inductor is left as it was."""
 import threading

@@ -155,7 +155,8 @@ def _batches():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_message_passing_matches_interpret(threads):
     """With two threads inductor calls a scatter kernel for the row sums,
-    which the ``compile`` backend writes as its own loop (``inductor.row_scatter``);
+    which the ``compile`` backend writes as its own loop
+    (``inductor.row_scatter``);
     with one it writes its own serial loop."""
     # Graphs loaded from inductor's caches skip the passes: compile afresh
     # so that the count below sees this run's rewrites.

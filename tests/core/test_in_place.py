@@ -1,4 +1,5 @@
-"""The interpret backend writes dead temporaries in place (``passes.in_place_temporaries``):
+"""The interpret backend writes dead temporaries in place
+(``passes.in_place_temporaries``):
 only where nothing reads them afterwards, with the values and gradients of
 plain PyTorch."""
 import copy

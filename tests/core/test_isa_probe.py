@@ -1,4 +1,5 @@
-"""The ``compile`` backend's early vector-ISA check (``inductor.isa_probe``) makes
+"""The ``compile`` backend's early vector-ISA check (``inductor.isa_probe``)
+makes
 inductor compile for the ISA its own full check would choose.
 
 Each case runs in a fresh process, because inductor caches its ISA list

@@ -1,4 +1,5 @@
-"""The ``compile`` backend's vectorisation strides (``inductor.linear_strides``):
+"""The ``compile`` backend's vectorisation strides
+(``inductor.linear_strides``):
 the same strides as inductor's own analysis, and the same generated code,
 without ``sympy.simplify`` for linear indices."""
 import pathlib

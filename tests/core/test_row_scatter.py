@@ -1,4 +1,5 @@
-"""The ``compile`` backend's row scatter-add loop (``inductor.row_scatter``): which
+"""The ``compile`` backend's row scatter-add loop (``inductor.row_scatter``):
+which
 scatters it takes, that compiled graphs give ATen's sums bit for bit, and
 that a bad index raises ATen's message."""
 import threading

@@ -8,7 +8,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import poptorch
-from poptorch_core._executor.backends.passes.wide_inputs import only_widened_inputs
+from poptorch_core._executor.backends.passes.wide_inputs import \
+    only_widened_inputs
 
 _I32 = torch.int32
 

@@ -2,9 +2,9 @@
 
 ``interpret`` calls the traced ``GraphModule`` directly (its generated Python
 code calls the ATen ops, without ``nn.Module`` dispatch), in a copy whose
-dead temporaries are written in place (``passes.in_place_temporaries``). ``compile`` hands
-the same graph to inductor (``compile_fx``) on the first call, and compiles
-exactly once. A training micro-batch on the CPU
+dead temporaries are written in place (``passes.in_place_temporaries``).
+``compile`` hands the same graph to inductor (``compile_fx``) on the first
+call, and compiles exactly once. A training micro-batch on the CPU
 (:meth:`Executable.run_training`) is traced with its loss seed and its
 gradients into one graph, which inductor compiles as one
 (``passes.training_step``), with the optimizer's Adam update in it where the
@@ -66,9 +66,10 @@ BACKENDS = ("interpret", "compile")
 
 def prepare_backend(backend: str, host_device: str) -> None:
     """Starts what a backend can do before the first compilation: for
-    ``compile`` on the CPU, inductor's vector-ISA check (``inductor.isa_probe``),
-    which then runs while the model is traced. (``auto`` starts it with its
-    background build, not while the first step's tracing runs.)"""
+    ``compile`` on the CPU, inductor's vector-ISA check
+    (``inductor.isa_probe``), which then runs while the model is traced.
+    (``auto`` starts it with its background build, not while the first step's
+    tracing runs.)"""
     if backend == "compile" and torch.device(host_device).type == "cpu":
         start_vec_isa_probe()
 
@@ -334,8 +335,8 @@ class Executable:
                            ) -> Optional[Callable[..., List[torch.Tensor]]]:
         """A micro-batch's forward and backward pass with the Adam update
         of the packed parameters at ``key.positions`` as one compiled
-        graph (``passes.fused_adam``), compiled on the first request: call it as
-        ``run(tensors, state, coefficients, scale)`` for the graph's
+        graph (``passes.fused_adam``), compiled on the first request: call it
+        as ``run(tensors, state, coefficients, scale)`` for the graph's
         outputs (the flat buffers of ``state`` are updated in place).
         None, now and for later requests, when some packed parameter gets
         no gradient (the optimizer must then skip it)."""

@@ -50,7 +50,8 @@ from torch._inductor.codecache import CppWrapperCodeCache
 from torch._inductor.codegen import cpp as cpp_codegen
 
 from . import linear_strides
-from .precompiled_headers import build_later, header_unless_built, is_header_build
+from .precompiled_headers import (build_later, header_unless_built,
+                                  is_header_build)
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _pool_lock = threading.Lock()

@@ -15,8 +15,8 @@ Two things that inductor's generated CPU code does much slower than ATen
   ``index_put`` into the ``scatter_add`` of an expanded column, so both
   run as ATen's kernel while inductor still fuses the element-wise work
   around them; narrow float32 rows, the GNN case, then run as a plain
-  loop, faster than ATen's (``inductor.row_scatter``). Neither a Python custom op
-  (its call overhead) nor ``aten.index_add`` (which inductor can only call
+  loop, faster than ATen's (``inductor.row_scatter``). Neither a Python custom
+  op (its call overhead) nor ``aten.index_add`` (which inductor can only call
   through its generic dispatcher path, a slower C++ build) does as well.
 * **Saved boolean masks.** Decomposed, ``relu``'s backward is
   ``where(out <= 0, 0, grad)``, and the partitioner saves the bool mask
@@ -56,8 +56,8 @@ first step, whose compilation a user waits for:
   (``inductor.precompiled_headers``): a first run on a machine takes as long as
   without headers, and later compilations are shorter.
 
-All these choices live in this file and ``inductor.row_scatter``, whose hashes are
-the pass's cache key: a change to any of them compiles afresh instead of
+All these choices live in this file and ``inductor.row_scatter``, whose hashes
+are the pass's cache key: a change to any of them compiles afresh instead of
 reusing inductor's cache.
 
 Example::

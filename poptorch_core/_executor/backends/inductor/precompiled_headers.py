@@ -11,8 +11,8 @@ long. But inductor builds a missing header inside the compilation that
 needs it, one after the other, so a first run on a machine would take far
 longer than without headers (``docs/design/compile_backend.rst``).
 
-While the backend compiles (``inductor.background_builds``), a compilation never
-waits for a header: :func:`build_later` starts a background compiler
+While the backend compiles (``inductor.background_builds``), a compilation
+never waits for a header: :func:`build_later` starts a background compiler
 process at the lowest priority (``nice 19``: it takes a core only when
 nothing else wants it), which outlives the Python process if need be,
 writes to a temporary file and renames it into place when complete, so

@@ -1,10 +1,10 @@
 """Which values of a captured graph share memory, read from op schemas.
 
-Graph rewrites that remove a copy or an op (``passes.lowering``, ``passes.wide_inputs``)
-must not make a value alias one that is written in place. ATen schemas say
-both things: a return annotated ``Tensor(a)`` views its first argument (or
-may return it, like ``aten::to``), an argument annotated ``Tensor(a!)`` is
-written.
+Graph rewrites that remove a copy or an op (``passes.lowering``,
+``passes.wide_inputs``) must not make a value alias one that is written in
+place. ATen schemas say both things: a return annotated ``Tensor(a)`` views its
+first argument (or may return it, like ``aten::to``), an argument annotated
+``Tensor(a!)`` is written.
 
 Example::
 

@@ -1,8 +1,8 @@
 """A training micro-batch and its Adam update as one compiled graph.
 
 The ``compile`` backend traces a micro-batch's forward and backward pass
-as one graph (``passes.training_step``); the executor then adds the gradients to
-``.grad``, copies them into the optimizer's flat gradient buffer and runs
+as one graph (``passes.training_step``); the executor then adds the gradients
+to ``.grad``, copies them into the optimizer's flat gradient buffer and runs
 torch's fused Adam kernel over the packed group (``optim._packed``). Each
 of those steps starts on caches the graph has just flushed, and together
 they take many times the update's own arithmetic

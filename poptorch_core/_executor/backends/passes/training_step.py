@@ -19,8 +19,8 @@ compiles it as one inference graph (one C++ library), free to fuse forward
 and backward kernels, and the executor adds its gradients to ``.grad``
 itself, as ``AccumulateGrad`` would, with bit-identical gradients. When
 the step is one micro-batch and the
-optimizer one packed Adam group, ``passes.fused_adam`` goes one step further and
-traces the update into the graph too.
+optimizer one packed Adam group, ``passes.fused_adam`` goes one step further
+and traces the update into the graph too.
 
 The gradients are autograd's own (``autograd.grad`` runs the same
 derivative formulas that ``backward()`` does), and the seed is computed as
