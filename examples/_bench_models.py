@@ -110,6 +110,29 @@ def _pyg_step(optimizer: torch.optim.Optimizer, forward: Callable,
     optimizer.step()
 
 
+def _pyg_graph_batches(new_loader: Callable[[], Any], lr: float,
+                       inputs: Callable[[Any], Sequence[torch.Tensor]]
+                       ) -> Callable[[torch.nn.Module, Callable], Epoch]:
+    """The PyG side of a graph-batch model: an epoch over ``new_loader()``
+    with Adam at ``lr``; every graph of a PyG batch is real."""
+    def pyg_epoch(model: torch.nn.Module, forward: Callable) -> Epoch:
+        loader = new_loader()
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+
+        def epoch() -> Tuple[int, int]:
+            graphs = steps = 0
+            for batch in loader:
+                model.num_graphs = batch.num_graphs
+                batch.graphs_mask = torch.ones(batch.num_graphs,
+                                               dtype=torch.bool)
+                _pyg_step(optimizer, forward, *inputs(batch))
+                graphs += batch.num_graphs
+                steps += 1
+            return graphs, steps
+        return epoch
+    return pyg_epoch
+
+
 # --- NCI molecules, GINE -----------------------------------------------------
 
 def nci_dataset(args: Any) -> Any:
@@ -139,22 +162,10 @@ def nci_gine(args: Any) -> ModelBench:
     sizes = pyg_ipu.FixedSizeOptions.for_batch_size(dataset,
                                                     GRAPHS_PER_BATCH)
 
-    def pyg_epoch(model: torch.nn.Module, forward: Callable) -> Epoch:
-        loader = PyGDataLoader(dataset, batch_size=GRAPHS_PER_BATCH,
-                               shuffle=True, exclude_keys=["smiles"])
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-        def epoch() -> Tuple[int, int]:
-            graphs = steps = 0
-            for batch in loader:
-                model.num_graphs = batch.num_graphs
-                batch.graphs_mask = torch.ones(batch.num_graphs,
-                                               dtype=torch.bool)
-                _pyg_step(optimizer, forward, *nci_inputs(batch))
-                graphs += batch.num_graphs
-                steps += 1
-            return graphs, steps
-        return epoch
+    pyg_epoch = _pyg_graph_batches(
+        lambda: PyGDataLoader(dataset, batch_size=GRAPHS_PER_BATCH,
+                              shuffle=True, exclude_keys=["smiles"]),
+        lr=1e-3, inputs=nci_inputs)
 
     def executor(backend: str, mode: poptorch.DataLoaderMode) -> Setup:
         opts = _options(backend, args.device_iterations)
@@ -390,22 +401,9 @@ def point_cloud(args: Any) -> ModelBench:
         return _seeded(lambda: cls(num_graphs, target_mean=float(y.mean()),
                                    target_std=float(y.std())))
 
-    def pyg_epoch(model: torch.nn.Module, forward: Callable) -> Epoch:
-        loader = PyGDataLoader(graphs, batch_size=batch_size, shuffle=True)
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-
-        def epoch() -> Tuple[int, int]:
-            count = steps = 0
-            for batch in loader:
-                model.num_graphs = batch.num_graphs
-                batch.graphs_mask = torch.ones(batch.num_graphs,
-                                               dtype=torch.bool)
-                _pyg_step(optimizer, forward,
-                          *[batch[k] for k in _CLOUD_INPUTS])
-                count += batch.num_graphs
-                steps += 1
-            return count, steps
-        return epoch
+    pyg_epoch = _pyg_graph_batches(
+        lambda: PyGDataLoader(graphs, batch_size=batch_size, shuffle=True),
+        lr=3e-3, inputs=lambda batch: [batch[k] for k in _CLOUD_INPUTS])
 
     def ours(backend: str) -> Dict[str, Setup]:
         opts = _options(backend)
